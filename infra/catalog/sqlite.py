@@ -1,0 +1,71 @@
+"""Embedded view catalog: which generation of each view is live, in a small SQLite file.
+
+Replay builds generation N+1 next to the live generation N; `activate` flips the live pointer
+in one transaction, so a reader sees either the old or the new generation, never a mix.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from schemas.ports.views import ViewName
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS generations (
+    view TEXT NOT NULL, generation INTEGER NOT NULL, state TEXT NOT NULL,
+    created_at REAL NOT NULL, activated_at REAL, PRIMARY KEY (view, generation));
+"""
+
+
+class SqliteViewCatalog:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as c:
+            c.executescript(_SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        c = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+        try:
+            c.execute("PRAGMA journal_mode=WAL")
+            c.execute("PRAGMA busy_timeout=60000")
+            yield c
+        finally:
+            c.close()
+
+    def current(self, view: ViewName) -> int | None:
+        with self._connect() as c:
+            row = c.execute("SELECT generation FROM generations WHERE view=? AND state='live'", (view,)).fetchone()
+        return row[0] if row else None
+
+    def new_generation(self, view: ViewName) -> int:
+        with self._connect() as c:
+            c.execute("BEGIN IMMEDIATE")
+            n = c.execute("SELECT COALESCE(MAX(generation), 0) + 1 FROM generations WHERE view=?", (view,)).fetchone()[0]
+            c.execute("INSERT INTO generations VALUES (?,?,'building',?,NULL)", (view, n, time.time()))
+            c.execute("COMMIT")
+        return n
+
+    def activate(self, view: ViewName, generation: int) -> None:
+        with self._connect() as c:
+            c.execute("BEGIN IMMEDIATE")
+            c.execute("UPDATE generations SET state='retired' WHERE view=? AND state='live'", (view,))
+            c.execute("UPDATE generations SET state='live', activated_at=? WHERE view=? AND generation=?", (time.time(), view, generation))
+            c.execute("COMMIT")
+
+    def building(self, view: ViewName) -> list[int]:
+        with self._connect() as c:
+            return [r[0] for r in c.execute("SELECT generation FROM generations WHERE view=? AND state='building' ORDER BY generation", (view,))]
+
+    def retired(self, view: ViewName) -> list[int]:
+        with self._connect() as c:
+            return [r[0] for r in c.execute("SELECT generation FROM generations WHERE view=? AND state='retired' ORDER BY generation", (view,))]
+
+    def drop(self, view: ViewName, generation: int) -> None:
+        with self._connect() as c:
+            c.execute("UPDATE generations SET state='dropped' WHERE view=? AND generation=? AND state!='live'", (view, generation))

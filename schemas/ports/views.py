@@ -1,0 +1,161 @@
+"""Shared vocabulary of the view stores (hierarchy, lexical, dense, graph).
+
+Every view store:
+
+- is bound to one *generation* of its view (replay builds generation N+1 beside N and the
+  catalog switches readers atomically, see `ViewCatalog`);
+- keeps a **turn ledger**: the turns it has accepted, so a projection can recompute a
+  session's windows/episodes/adjacency after a late or out-of-order turn, and so duplicates
+  (same event id in a conversation) are recognised and ignored;
+- applies each change set **together with the projection's positions** — in one transaction
+  where the backend has them, otherwise with deterministic ids and upserts so that re-applying a
+  change set after a crash is harmless. The commit order is always: write the view, then the
+  positions, then (runner) commit the consumer group. That order *is* the delivery guarantee:
+  at-least-once delivery made idempotent by ids, i.e. effectively once.
+- is tenant-scoped on every read: a `Boundary` always names the tenant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol
+
+from schemas.events import ForgetScope
+
+# partition -> next offset to read. Positions always refer to the source-of-record topic.
+Positions = dict[int, int]
+
+ViewName = Literal["hierarchy", "graph", "lexical", "dense"]
+VIEW_NAMES: tuple[ViewName, ...] = ("hierarchy", "graph", "lexical", "dense")
+
+
+@dataclass(frozen=True)
+class TurnRow:
+    """A turn as a view remembers it (enough to rebuild its session's units)."""
+
+    turn_id: str
+    tenant_id: str
+    conversation_id: str
+    session_id: str
+    event_id: str
+    agent_id: str
+    speaker: str
+    role: str
+    turn_index: int
+    occurred_at: datetime
+    text: str  # utterance + attachments (TurnRecorded.full_text)
+    source_ref: str | None
+    partition: int
+    offset: int
+    content_hash: str
+
+    @property
+    def session_key(self) -> tuple[str, str, str]:
+        return (self.tenant_id, self.conversation_id, self.session_id)
+
+
+def content_hash(*parts: object) -> str:
+    h = hashlib.blake2b(digest_size=12)
+    for p in parts:
+        h.update(repr(p).encode("utf-8"))
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """The admissible scope of a read. The tenant is mandatory; everything else narrows it."""
+
+    tenant_id: str
+    conversation_ids: tuple[str, ...] | None = None
+    session_ids: tuple[str, ...] | None = None
+    agent_ids: tuple[str, ...] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    @property
+    def conversation_id(self) -> str | None:
+        """The single conversation this boundary is limited to, if it is."""
+        if self.conversation_ids and len(self.conversation_ids) == 1:
+            return self.conversation_ids[0]
+        return None
+
+
+@dataclass(frozen=True)
+class Forget:
+    tenant_id: str
+    scope: ForgetScope
+
+
+@dataclass(frozen=True)
+class Hit:
+    unit_id: str
+    score: float
+
+
+@dataclass
+class ChangeSet:
+    """What one projection batch changes in its view. Stores apply it in this order:
+    forgets, turn deletions, turn ledger puts, then the view-specific deletes and upserts."""
+
+    forgets: list[Forget] = field(default_factory=list)
+    delete_turns: list[str] = field(default_factory=list)  # turn ids
+    put_turns: list[TurnRow] = field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        return not (self.forgets or self.delete_turns or self.put_turns)
+
+
+class TurnLedger(Protocol):
+    def find_turns(self, tenant_id: str, conversation_id: str, event_ids: list[str]) -> dict[str, TurnRow]:
+        """Turns already accepted, by event id (for deduplication)."""
+        ...
+
+    def session_turns(self, tenant_id: str, conversation_id: str, session_id: str) -> list[TurnRow]:
+        """Accepted turns of one session, in canonical order (schemas.ordering)."""
+        ...
+
+    def turns_in_scope(self, forget: Forget) -> list[TurnRow]:
+        """Accepted turns a forget request covers."""
+        ...
+
+
+class ViewStore(TurnLedger, Protocol):
+    backend: str  # e.g. "sqlite", "tantivy", "opensearch": named in search responses
+    view: ViewName
+    generation: int
+
+    def positions(self) -> Positions:
+        """Positions recorded with the last applied change set ({} for a fresh generation)."""
+        ...
+
+    def canonical_dump(self) -> dict:
+        """A deterministic, JSON-able dump of the whole view, for replay-equality tests."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ViewCatalog(Protocol):
+    """Which generation of each view is live. Switching is atomic for readers."""
+
+    def current(self, view: ViewName) -> int | None: ...
+
+    def new_generation(self, view: ViewName) -> int:
+        """Reserve a fresh, empty generation (not yet live)."""
+        ...
+
+    def activate(self, view: ViewName, generation: int) -> None:
+        """Make `generation` live; the previous live generation is retired."""
+        ...
+
+    def building(self, view: ViewName) -> list[int]:
+        """Generations reserved by a replay that has not switched yet."""
+        ...
+
+    def retired(self, view: ViewName) -> list[int]:
+        """Generations no longer live whose storage may be reclaimed."""
+        ...
+
+    def drop(self, view: ViewName, generation: int) -> None: ...

@@ -1,0 +1,93 @@
+"""Derived trace units (turn, window, episode) and the ids every view agrees on.
+
+A unit never replaces source text: its `text` is composed from the raw turns, and its
+provenance names the events and log positions it came from. Ids are deterministic functions
+of the log, so replaying the log reproduces them and upserts make reprocessing harmless.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+UnitKind = Literal["turn", "window", "episode"]
+UNIT_KINDS: tuple[UnitKind, ...] = ("turn", "window", "episode")
+
+
+@dataclass(frozen=True)
+class HierarchyPolicy:
+    """How a session is cut into windows and episodes (streams/segmentation.py)."""
+
+    window_size: int = 5
+    window_stride: int = 3
+    episode_block: int = 6
+    episode_min_turns: int = 6
+    episode_min_similarity: float = 0.08
+    episode_max_gap: timedelta = timedelta(hours=2)
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.blake2b(digest_size=10)
+    for p in parts:
+        h.update(p.encode("utf-8"))
+        h.update(b"\x1f")
+    return h.hexdigest()
+
+
+def turn_unit_id(tenant_id: str, conversation_id: str, event_id: str) -> str:
+    return "t_" + _digest("turn", tenant_id, conversation_id, event_id)
+
+
+def window_unit_id(tenant_id: str, conversation_id: str, session_id: str, start: int) -> str:
+    """Windows are named by their first turn's position, so an open window keeps its id as it grows."""
+    return "w_" + _digest("window", tenant_id, conversation_id, session_id, str(start))
+
+
+def episode_unit_id(tenant_id: str, conversation_id: str, session_id: str, index: int) -> str:
+    return "e_" + _digest("episode", tenant_id, conversation_id, session_id, str(index))
+
+
+def entity_id(tenant_id: str, normalized_name: str) -> str:
+    """Entities are merged by exact normalised name across the tenant's conversations."""
+    return "n_" + _digest("entity", tenant_id, normalized_name)
+
+
+def sentence_id(turn_id: str, index: int) -> str:
+    return f"{turn_id}.s{index}"
+
+
+class LogPosition(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    partition: int
+    offset: int
+
+
+class Provenance(BaseModel):
+    """Where a unit comes from. `turn_start`/`turn_end` are positions in the session's turn order."""
+
+    model_config = ConfigDict(frozen=True)
+    tenant_id: str
+    conversation_id: str
+    session_id: str
+    turn_start: int
+    turn_end: int
+    event_ids: tuple[str, ...]
+    log_positions: tuple[LogPosition, ...]
+    agent_ids: tuple[str, ...]
+    speakers: tuple[str, ...]
+    source_refs: tuple[str, ...] = ()
+    occurred_from: datetime
+    occurred_to: datetime
+
+
+class TraceUnit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    unit_id: str
+    kind: UnitKind
+    text: str = Field(description="Composed from the raw turns; windows and episodes prefix each turn with its speaker.")
+    provenance: Provenance
+    turn_ids: tuple[str, ...] = Field(description="Member turn unit ids in session order.")

@@ -1,0 +1,3 @@
+"""The read path and the gateways: the HTTP API (ingest, search, status), the CLI, the
+query service and the evaluation harness. Entry points compose adapters from infra/ with the
+logic in streams/ and services/query/."""

@@ -1,0 +1,213 @@
+"""HTTP API. In embedded mode `memstream serve` also runs the projections in-process.
+
+Every error has one body shape: {"error": {"code": str, "message": str, "details": [...]}}.
+The OpenAPI document is at /openapi.json (no bundled docs UI: it would load assets from a CDN).
+
+POST /v1/events accepts one event, a JSON array of events, or {"events": [...]}. Items are
+validated one by one: valid items are appended even when others are invalid. Status 200 means
+all were accepted, 207 some, 422 none; the body lists every item in input order with its
+partition/offset or its field errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field, TypeAdapter
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from infra.registry import Registry
+from infra.settings import Settings
+from schemas.errors import BadRequest, MemstreamError
+from schemas.events import Event
+from services.runtime import build_pipeline
+from services.views import LiveViews
+from streams.ingest import Publisher
+
+log = logging.getLogger(__name__)
+
+
+def error_body(code: str, message: str, details: list | None = None) -> dict:
+    return {"error": {"code": code, "message": message, "details": details or []}}
+
+
+class WaitRequest(BaseModel):
+    positions: dict[int, int] = Field(description="partition -> offset to wait for (e.g. the `positions` of a POST /v1/events answer)")
+    timeout_seconds: float = Field(10.0, ge=0, le=300)
+
+
+class State:
+    pipeline: Any
+    views: LiveViews
+    publisher: Publisher
+    runner_task: asyncio.Task | None = None
+    stop: asyncio.Event
+
+
+def create_app(settings: Settings, *, process: bool = True, registry: Registry | None = None) -> FastAPI:
+    registry = registry or Registry(settings)
+    state = State()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state.pipeline = build_pipeline(settings, registry=registry)
+        if process:
+            await state.pipeline.start()
+            state.stop = asyncio.Event()
+            state.runner_task = asyncio.create_task(state.pipeline.run(state.stop))
+        else:
+            await state.pipeline.start_log()
+        state.views = LiveViews(registry)
+        state.publisher = Publisher(state.pipeline.log, settings.log.topic)
+        try:
+            yield
+        finally:
+            if state.runner_task is not None:
+                state.stop.set()
+                await state.runner_task
+            state.views.close()
+            await state.pipeline.close()
+
+    app = FastAPI(title="memstream", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  description="Event-sourced streaming memory for LLM agent fleets (Zero-Mem retrieval).")
+    app.state.memstream = state
+
+    # -- errors: one shape everywhere ------------------------------------------------------
+    @app.exception_handler(MemstreamError)
+    async def _memstream_error(request: Request, exc: MemstreamError):
+        return JSONResponse(error_body(exc.code, str(exc), getattr(exc, "errors", None)), status_code=exc.http_status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError):
+        details = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        return JSONResponse(error_body("invalid_request", "the request does not match the API schema", details), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.exception("unhandled error on %s", request.url.path)
+        return JSONResponse(error_body("internal_error", f"{type(exc).__name__}: {exc}"), status_code=500)
+
+    # -- ingest ------------------------------------------------------------------------------
+    @app.post(
+        "/v1/events",
+        summary="Publish one event or a batch",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"oneOf": [
+                    {"$ref": "#/components/schemas/Event"},
+                    {"type": "array", "items": {"$ref": "#/components/schemas/Event"}},
+                    {"type": "object", "properties": {"events": {"type": "array", "items": {"$ref": "#/components/schemas/Event"}}},
+                     "required": ["events"]},
+                ]}}},
+            },
+            "responses": {"207": {"description": "Some items accepted, some rejected"}, "413": {"description": "Body or batch too large"}},
+        },
+    )
+    async def post_events(request: Request):
+        items = await _read_items(request, settings)
+        results = await state.publisher.publish_items(items)
+        accepted = [r for r in results if r.status == "accepted"]
+        positions: dict[int, int] = {}
+        for r in accepted:
+            positions[r.partition] = max(positions.get(r.partition, 0), r.offset + 1)
+        body = {"accepted": len(accepted), "rejected": len(results) - len(accepted), "positions": positions,
+                "items": [r.as_dict() for r in results]}
+        if not accepted:
+            return JSONResponse(error_body("invalid_event", f"none of the {len(results)} event(s) is valid; nothing was appended",
+                                           body["items"]), status_code=422)
+        return JSONResponse(body, status_code=200 if len(accepted) == len(results) else 207)
+
+    @app.post("/v1/wait", summary="Wait until every view has processed up to the given positions (read-your-writes)")
+    async def post_wait(req: WaitRequest):
+        if state.runner_task is None:
+            raise BadRequest("this server does not run the projections (--no-process); poll /v1/status instead")
+        done = await state.pipeline.wait_for(req.positions, req.timeout_seconds)
+        if not done:
+            return JSONResponse(error_body("timeout", f"views did not reach the positions within {req.timeout_seconds}s"), status_code=504)
+        return {"caught_up": True}
+
+    # -- operations --------------------------------------------------------------------------
+    @app.get("/v1/status", summary="Each view's generation, positions, end offsets and lag")
+    async def get_status():
+        statuses = await state.pipeline.status()
+        return {"views": [s.__dict__ for s in statuses]}
+
+    @app.get("/v1/dead-letters", summary="Records a projection could not process, with the reason")
+    async def get_dead_letters():
+        from streams.dlq import list_dead_letters
+
+        entries = await list_dead_letters(state.pipeline.log, settings.dlq_topic)
+        return {"dead_letters": [
+            {"origin": e.origin, "projections": e.projections, "reason": e.reason, "errors": e.errors, "replayed": e.replayed,
+             "value": e.value.decode("utf-8", "replace")} for e in entries
+        ]}
+
+    @app.get("/healthz", summary="Liveness")
+    async def healthz():
+        return {"ok": True}
+
+    def openapi() -> dict:
+        if app.openapi_schema:
+            return app.openapi_schema
+        from fastapi.openapi.utils import get_openapi
+
+        doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        defs = TypeAdapter(Event).json_schema(ref_template="#/components/schemas/{model}")
+        components = doc.setdefault("components", {}).setdefault("schemas", {})
+        components.update(defs.pop("$defs", {}))
+        components["Event"] = defs
+        app.openapi_schema = doc
+        return doc
+
+    app.openapi = openapi
+    return app
+
+
+async def _read_items(request: Request, settings: Settings) -> list[Any]:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > settings.api.max_body_bytes:
+        raise _TooLarge(f"request body is {length} bytes; the limit is {settings.api.max_body_bytes}")
+    raw = await request.body()
+    if len(raw) > settings.api.max_body_bytes:
+        raise _TooLarge(f"request body is {len(raw)} bytes; the limit is {settings.api.max_body_bytes}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"request body is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if isinstance(body, dict) and "events" in body:
+        items = body["events"]
+        if not isinstance(items, list):
+            raise BadRequest("'events' must be a list of events")
+    elif isinstance(body, list):
+        items = body
+    elif isinstance(body, dict):
+        items = [body]
+    else:
+        raise BadRequest("send an event object, a list of events, or {\"events\": [...]}")
+    if not items:
+        raise BadRequest("no events in the request")
+    if len(items) > settings.api.max_batch:
+        raise _TooLarge(f"{len(items)} events in one request; the limit is {settings.api.max_batch}")
+    return items
+
+
+class _TooLarge(MemstreamError):
+    code = "too_large"
+    http_status = 413

@@ -1,0 +1,375 @@
+"""`memstream` command line. Each command reads settings once, builds what it needs through
+services/runtime.py, and exits non-zero with a one-line explanation on error."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from schemas.errors import MemstreamError
+from schemas.ports.views import VIEW_NAMES, Boundary
+
+SAMPLE = Path(__file__).parent / "sample" / "conversation.jsonl"
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def _settings(args):
+    from infra.settings import Settings
+
+    overrides: dict[str, Any] = {}
+    if getattr(args, "data_dir", None):
+        overrides["data_dir"] = Path(args.data_dir)
+    return Settings.load(**overrides)
+
+
+class Progress:
+    """One line per view on a TTY (rewritten in place), otherwise a line every few seconds."""
+
+    def __init__(self, target: dict[int, int], stream=sys.stderr):
+        self.total = max(sum(target.values()), 1)
+        self.target = target
+        self.stream = stream
+        self.done: dict[str, int] = {}
+        self.tty = stream.isatty()
+        self._last = 0.0
+        self.t0 = time.monotonic()
+
+    def __call__(self, view: str, positions: dict[int, int]) -> None:
+        self.done[view] = sum(min(positions.get(p, 0), off) for p, off in self.target.items())
+        now = time.monotonic()
+        if not self.tty and now - self._last < 5:
+            return
+        self._last = now
+        parts = []
+        for v, n in sorted(self.done.items()):
+            pct = 100 * n / self.total
+            bar = "#" * int(pct / 10)
+            parts.append(f"{v} [{bar:<10}] {pct:5.1f}%")
+        line = " | ".join(parts) + f"  {now - self.t0:5.1f}s"
+        self.stream.write(("\r" + line) if self.tty else line + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+
+
+def _table(rows: list[list[Any]], header: list[str]) -> str:
+    cells = [header] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+
+
+# -- commands --------------------------------------------------------------------------------
+async def cmd_ingest(args) -> int:
+    from services.runtime import build_pipeline
+    from streams.ingest import Publisher, read_jsonl
+
+    settings = _settings(args)
+    pipeline = build_pipeline(settings)
+    await pipeline.start_log()
+    try:
+        publisher = Publisher(pipeline.log, settings.log.topic)
+        t0 = time.perf_counter()
+        if args.format == "locomo":
+            from streams.sources import locomo
+
+            convs = set(args.conversations.split(",")) if args.conversations else None
+            events = list(locomo.events(locomo.load(args.path), args.tenant, convs))
+            appended = await publisher.publish(events)
+            print(f"appended {len(appended)} events from {args.path} (tenant={args.tenant}) in {time.perf_counter() - t0:.2f}s")
+        else:
+            with open(args.path, encoding="utf-8", errors="strict") as f:
+                numbered, bad = read_jsonl(f)
+            results = await publisher.publish_items([item for _, item in numbered])
+            lines = [n for n, _ in numbered]
+            rejected = [(lines[r.index], r) for r in results if r.status == "rejected"] + [(r.index, r) for r in bad]
+            accepted = sum(r.status == "accepted" for r in results)
+            print(f"appended {accepted} events from {args.path}; rejected {len(rejected)}")
+            for line, r in sorted(rejected, key=lambda x: x[0]):
+                for e in r.errors:
+                    loc = ".".join(str(p) for p in e["loc"]) or "(event)"
+                    print(f"  line {line + 1}: {loc}: {e['msg']}", file=sys.stderr)
+            if rejected and not accepted:
+                return 2
+    finally:
+        await pipeline.close()
+    if args.process:
+        return await cmd_process(argparse.Namespace(**{**vars(args), "until_caught_up": True, "views": None}))
+    return 0
+
+
+async def cmd_process(args) -> int:
+    from services.runtime import build_pipeline
+
+    settings = _settings(args)
+    views = tuple(args.views.split(",")) if getattr(args, "views", None) else VIEW_NAMES
+    pipeline = build_pipeline(settings, views=views)
+    await pipeline.start()
+    try:
+        if args.until_caught_up:
+            target = await pipeline.log.end_offsets(settings.log.topic)
+            progress = Progress(target)
+            t0 = time.perf_counter()
+            await pipeline.process_until_caught_up(progress, target)
+            progress.finish()
+            print(f"caught up with {sum(target.values())} records in {time.perf_counter() - t0:.2f}s (model load {pipeline.model_load_seconds:.2f}s)")
+        else:
+            stop = asyncio.Event()
+            _stop_on_signals(stop)
+            print("processing; Ctrl-C to stop", file=sys.stderr)
+            await pipeline.run(stop)
+    finally:
+        await pipeline.close()
+    return 0
+
+
+def _stop_on_signals(stop: asyncio.Event) -> None:
+    import signal
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except NotImplementedError:  # pragma: no cover
+            pass
+
+
+async def cmd_status(args) -> int:
+    from services.runtime import build_pipeline
+
+    settings = _settings(args)
+    pipeline = build_pipeline(settings)
+    await pipeline.start_log()
+    try:
+        statuses = await pipeline.status()
+        from streams.dlq import list_dead_letters
+
+        dead = await list_dead_letters(pipeline.log, settings.dlq_topic)
+    finally:
+        await pipeline.close()
+    pending = sum(not d.replayed for d in dead)
+    if args.json:
+        print(json.dumps({"views": [s.__dict__ for s in statuses], "dead_letters": {"total": len(dead), "pending": pending}}, default=str, indent=2))
+        return 0
+    rows = [[s.view, s.backend, s.generation, sum(s.positions.values()), sum(s.end_offsets.values()), s.lag_events, f"{s.lag_seconds:.1f}",
+             ",".join(map(str, s.rebuilding)) or "-"] for s in statuses]
+    print(_table(rows, ["view", "backend", "gen", "position", "end", "lag", "lag_s", "rebuilding"]))
+    print(f"dead letters: {len(dead)} ({pending} pending replay)")
+    return 0
+
+
+async def cmd_replay(args) -> int:
+    from services.runtime import build_pipeline
+
+    settings = _settings(args)
+    views = VIEW_NAMES if args.projection == "all" else (args.projection,)
+    pipeline = build_pipeline(settings, views=views)
+    await pipeline.start_log()
+    await asyncio.to_thread(pipeline.backends.encoder().start)
+    await asyncio.to_thread(pipeline.backends.extractor().start)
+    try:
+        for view in views:
+            target = await pipeline.log.end_offsets(settings.log.topic)
+            progress = Progress(target)
+            t0 = time.perf_counter()
+            gen = await pipeline.replay(view, progress)
+            progress.finish()
+            print(f"{view}: rebuilt generation {gen} from offset 0 in {time.perf_counter() - t0:.2f}s and switched readers to it")
+    finally:
+        await pipeline.close()
+    return 0
+
+
+async def cmd_dlq(args) -> int:
+    from services.runtime import build_pipeline
+    from streams.dlq import list_dead_letters, replay_dead_letters
+
+    settings = _settings(args)
+    pipeline = build_pipeline(settings)
+    await pipeline.start_log()
+    try:
+        if args.dlq_command == "list":
+            entries = await list_dead_letters(pipeline.log, settings.dlq_topic)
+            if args.json:
+                print(json.dumps([{**{k: v for k, v in e.__dict__.items() if k != "value"}, "value": e.value.decode("utf-8", "replace")}
+                                  for e in entries], indent=2, default=str))
+            else:
+                rows = [[e.origin, ",".join(e.projections), "yes" if e.replayed else "no", e.reason[:100]] for e in entries]
+                print(_table(rows, ["origin", "projections", "replayed", "reason"]) if rows else "no dead letters")
+        else:
+            report = await replay_dead_letters(pipeline.log, settings.dlq_topic, force=args.force, dry_run=args.dry_run)
+            verb = "would replay" if args.dry_run else "replayed"
+            print(f"{verb} {len(report.replayed)} dead letter(s)")
+            for e, reason in report.still_invalid:
+                print(f"  still invalid, left pending: {e.origin}: {reason}", file=sys.stderr)
+    finally:
+        await pipeline.close()
+    return 0
+
+
+async def cmd_inspect(args) -> int:
+    from services.inspect_views import describe
+    from services.runtime import build_pipeline
+
+    pipeline = build_pipeline(_settings(args))
+    await pipeline.start_log()
+    await asyncio.to_thread(pipeline.backends.encoder().start)
+    try:
+        for view in VIEW_NAMES:
+            gen = pipeline.catalog.current(view)
+            if gen is None:
+                print("nothing processed yet: run `memstream process --until-caught-up`")
+                return 1
+        # Read-only: open the live generations without taking writer locks.
+        from services.views import LiveViews
+
+        views = LiveViews(pipeline.backends)
+        describe(views, Boundary(args.tenant, (args.conversation,) if args.conversation else None), probe=args.query)
+        views.close()
+    finally:
+        await pipeline.close()
+    return 0
+
+
+async def cmd_demo(args) -> int:
+    """The main job on the embedded default: sample conversation -> log -> every view."""
+    from services.inspect_views import describe
+    from services.runtime import build_pipeline
+    from streams.ingest import Publisher, read_jsonl
+
+    settings = _settings(args)
+    pipeline = build_pipeline(settings)
+    print(f"data directory: {settings.data_dir.resolve()}  (event log: {settings.log.url}, views: embedded)")
+    t0 = time.perf_counter()
+    await pipeline.start()
+    print(f"models loaded in {pipeline.model_load_seconds:.1f}s: encoder {settings.encoder.model}, NER {pipeline.backends.extractor().model_name}")
+    try:
+        with open(SAMPLE, encoding="utf-8") as f:
+            numbered, _ = read_jsonl(f)
+        results = await Publisher(pipeline.log, settings.log.topic).publish_items([item for _, item in numbered])
+        accepted = [r for r in results if r.status == "accepted"]
+        print(f"\n1. published {len(accepted)} TurnRecorded events to '{settings.log.topic}' "
+              f"(partition {accepted[0].partition}, offsets {accepted[0].offset}..{accepted[-1].offset})")
+        t1 = time.perf_counter()
+        await pipeline.process_until_caught_up()
+        print(f"2. four projections caught up in {time.perf_counter() - t1:.2f}s:")
+        for s in await pipeline.status():
+            print(f"   {s.view:<9} {s.backend:<8} generation {s.generation}  position {sum(s.positions.values())}/{sum(s.end_offsets.values())}  lag {s.lag_events}")
+        print("\n3. what each view holds for conversation 'lisbon-trip' (tenant 'demo'):")
+        describe(pipeline, Boundary("demo", ("lisbon-trip",)), out=lambda s: print("   " + s), probe="Maya vegetarian dinner")
+        print(f"\ndone in {time.perf_counter() - t0:.1f}s. Try: memstream status | memstream serve | memstream replay --projection all")
+    finally:
+        await pipeline.close()
+    return 0
+
+
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    from services.api import create_app
+
+    settings = _settings(args)
+    app = create_app(settings, process=not args.no_process)
+    uvicorn.run(app, host=args.host or settings.api.host, port=args.port or settings.api.port, log_level="warning")
+    return 0
+
+
+def cmd_schemas(args) -> int:
+    from schemas.export import check, export
+
+    if args.check:
+        stale = check()
+        if stale:
+            print("stale JSON Schema files (run `memstream schemas export`): " + ", ".join(stale), file=sys.stderr)
+            return 1
+        print("JSON Schema files are up to date")
+        return 0
+    for path in export():
+        print(f"wrote {path}")
+    return 0
+
+
+# -- parser ----------------------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="memstream", description="Event-sourced streaming memory for LLM agent fleets.")
+    p.add_argument("--data-dir", help="where embedded stores live (default: $MEMSTREAM_DATA_DIR or ./.memstream)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("demo", help="ingest the sample conversation through the log into every view and show them")
+    s.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("ingest", help="publish events to the log")
+    s.add_argument("format", choices=["locomo", "jsonl"])
+    s.add_argument("path")
+    s.add_argument("--tenant", default="locomo", help="tenant for LoCoMo conversations (jsonl events carry their own)")
+    s.add_argument("--conversations", help="LoCoMo sample ids to ingest, comma-separated (default: all)")
+    s.add_argument("--process", action="store_true", help="then process until every view has caught up")
+    s.set_defaults(func=cmd_ingest)
+
+    s = sub.add_parser("process", help="run the projections")
+    s.add_argument("--until-caught-up", action="store_true", help="stop once everything appended so far is processed")
+    s.add_argument("--views", help=f"comma-separated subset of {','.join(VIEW_NAMES)}")
+    s.set_defaults(func=cmd_process)
+
+    s = sub.add_parser("status", help="each view's generation, position, end offset and lag")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("replay", help="rebuild views from offset 0 into fresh storage and switch atomically")
+    s.add_argument("--projection", default="all", choices=["all", *VIEW_NAMES])
+    s.set_defaults(func=cmd_replay)
+
+    s = sub.add_parser("dlq", help="dead letters: records projections could not process")
+    dsub = s.add_subparsers(dest="dlq_command", required=True)
+    d = dsub.add_parser("list")
+    d.add_argument("--json", action="store_true")
+    d = dsub.add_parser("replay", help="re-append pending dead letters to their source topic")
+    d.add_argument("--force", action="store_true", help="replay even records that still fail validation")
+    d.add_argument("--dry-run", action="store_true")
+    s.set_defaults(func=cmd_dlq)
+
+    s = sub.add_parser("inspect", help="show what each view holds for a tenant/conversation")
+    s.add_argument("--tenant", required=True)
+    s.add_argument("--conversation")
+    s.add_argument("--query", help="probe text for the lexical and dense views")
+    s.set_defaults(func=cmd_inspect)
+
+    s = sub.add_parser("serve", help="run the HTTP API (and, embedded, the projections in-process)")
+    s.add_argument("--host")
+    s.add_argument("--port", type=int)
+    s.add_argument("--no-process", action="store_true", help="serve only; another process runs the projections")
+    s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("schemas", help="JSON Schema files for producers in other languages")
+    s.add_argument("action", choices=["export"])
+    s.add_argument("--check", action="store_true", help="fail if the committed files are stale")
+    s.set_defaults(func=cmd_schemas)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from services.runtime import configure_logging
+
+    configure_logging(args.verbose)
+    try:
+        result = args.func(args)
+        if asyncio.iscoroutine(result):
+            result = asyncio.run(result)
+        return int(result or 0)
+    except MemstreamError as exc:
+        print(f"memstream: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Composition root: settings -> registry -> pipeline. The only place entry points get their
+objects from, so the CLI, the HTTP server and the eval harness are wired identically."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from infra.registry import Registry
+from infra.settings import Settings
+from schemas.ports.views import VIEW_NAMES, ViewName
+from streams.pipeline import Pipeline, PipelineConfig
+
+
+def pipeline_config(settings: Settings) -> PipelineConfig:
+    return PipelineConfig(
+        topic=settings.log.topic,
+        dlq_topic=settings.dlq_topic,
+        partitions=settings.log.partitions,
+        batch_size=settings.runner.batch_size,
+        idle_poll=settings.runner.idle_poll_seconds,
+        policy=settings.hierarchy.policy(),
+        speaker_prefix=settings.hierarchy.speaker_prefix,
+        speaker_as_entity=settings.runner.speaker_as_entity,
+    )
+
+
+def build_pipeline(settings: Settings, views: tuple[ViewName, ...] = VIEW_NAMES, registry: Registry | None = None, metrics=None) -> Pipeline:
+    return Pipeline(registry or Registry(settings), pipeline_config(settings), views=views, metrics=metrics)
+
+
+def configure_logging(verbose: bool = False) -> None:
+    level = logging.DEBUG if verbose else getattr(logging, os.environ.get("MEMSTREAM_LOG_LEVEL", "WARNING").upper(), logging.WARNING)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for noisy in ("httpx", "urllib3", "transformers", "FlagEmbedding", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

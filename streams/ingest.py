@@ -1,0 +1,116 @@
+"""Publishing events: validation, keys, and appends to the log.
+
+Validation happens here, before anything is appended, so producers get field errors at once;
+records that reach the log another way (a foreign producer) are validated again by every
+projection and dead-lettered if invalid.
+
+A batch is not all-or-nothing: valid items are appended, invalid items are returned with
+their errors and nothing is appended for them (the caller still holds them). Results come back
+in input order so callers can match them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from schemas.errors import InvalidEvent
+from schemas.events import ForgetRequested, TurnRecorded, encode_event, partition_key, validate_event
+from schemas.ports.event_log import Appended, EventLog, NewRecord
+
+Event = TurnRecorded | ForgetRequested
+
+
+@dataclass
+class ItemResult:
+    index: int
+    status: str  # "accepted" | "rejected"
+    event_id: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    errors: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"index": self.index, "status": self.status}
+        if self.event_id is not None:
+            d["event_id"] = self.event_id
+        if self.status == "accepted":
+            d.update(partition=self.partition, offset=self.offset)
+        else:
+            d["errors"] = self.errors
+        return d
+
+
+def validate_items(items: Sequence[Any]) -> tuple[list[tuple[int, Event]], list[ItemResult]]:
+    valid, rejected = [], []
+    for i, raw in enumerate(items):
+        try:
+            valid.append((i, validate_event(raw)))
+        except InvalidEvent as exc:
+            event_id = raw.get("event_id") if isinstance(raw, dict) and isinstance(raw.get("event_id"), str) else None
+            rejected.append(ItemResult(i, "rejected", event_id=event_id, errors=exc.errors or [{"loc": [], "msg": str(exc), "type": "value_error"}]))
+    return valid, rejected
+
+
+def _records(event: Event, partitions: int) -> list[NewRecord]:
+    headers = (("type", event.type.encode()), ("schema_version", str(event.schema_version).encode()), ("tenant", event.tenant_id.encode()))
+    value = encode_event(event)
+    if isinstance(event, ForgetRequested) and event.scope.level == "tenant":
+        # A tenant spans every partition: the request goes to each, so every partition's
+        # consumers see it in order with that partition's turns.
+        key = f"{event.tenant_id}/*"
+        return [NewRecord(key, value, headers, partition=p) for p in range(partitions)]
+    conversation = event.conversation_id if isinstance(event, TurnRecorded) else event.scope.conversation_id
+    return [NewRecord(partition_key(event.tenant_id, conversation), value, headers)]
+
+
+class Publisher:
+    def __init__(self, log: EventLog, topic: str, chunk: int = 5000):
+        self.log = log
+        self.topic = topic
+        self.chunk = chunk
+
+    async def publish(self, events: Iterable[Event]) -> list[Appended]:
+        """Append events (already validated); returns one position per record appended."""
+        partitions = await self.log.partitions(self.topic)
+        out: list[Appended] = []
+        pending: list[NewRecord] = []
+        for e in events:
+            pending.extend(_records(e, partitions))
+            if len(pending) >= self.chunk:
+                out.extend(await self.log.append(self.topic, pending))
+                pending = []
+        if pending:
+            out.extend(await self.log.append(self.topic, pending))
+        return out
+
+    async def publish_items(self, items: Sequence[Any]) -> list[ItemResult]:
+        """Validate raw items (e.g. from HTTP) and append the valid ones."""
+        valid, rejected = validate_items(items)
+        results = {r.index: r for r in rejected}
+        if valid:
+            partitions = await self.log.partitions(self.topic)
+            records, owners = [], []
+            for i, e in valid:
+                rs = _records(e, partitions)
+                records.extend(rs)
+                owners.extend([(i, e)] * len(rs))
+            appended = await self.log.append(self.topic, records)
+            for (i, e), a in zip(owners, appended):
+                if i not in results:  # a broadcast request reports its first partition
+                    results[i] = ItemResult(i, "accepted", e.event_id, a.partition, a.offset)
+        return [results[i] for i in range(len(items))]
+
+
+def read_jsonl(lines: Iterable[str]) -> tuple[list[Any], list[ItemResult]]:
+    """Parse JSON Lines; unparseable lines become rejected results (index = line number - 1)."""
+    items, bad = [], []
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            items.append((n, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            bad.append(ItemResult(n, "rejected", errors=[{"loc": ["line", n + 1], "msg": f"not valid JSON: {exc.msg}", "type": "json_invalid"}]))
+    return items, bad

@@ -1,0 +1,320 @@
+"""The write path assembled: the log, one runner per view, replay and status.
+
+Built from a `Backends` object (infra/registry.py implements it), so this module never names a
+backend. Each view's live generation comes from the catalog; a fresh data directory gets
+generation 1. Only one process at a time may write a given view generation (a file lock), so
+`memstream process` and `memstream serve` cannot both drive the same view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+from schemas.errors import ConfigurationError, MemstreamError
+from schemas.ports.event_log import EventLog
+from schemas.ports.views import VIEW_NAMES, Positions, ViewCatalog, ViewName
+from schemas.units import HierarchyPolicy
+from streams.projections.base import Projection
+from streams.projections.dense import DenseProjection
+from streams.projections.graph import GraphProjection
+from streams.projections.hierarchy import HierarchyProjection
+from streams.projections.lexical import LexicalProjection
+from streams.runner import NoMetrics, ProjectionRunner, RunnerMetrics
+
+log = logging.getLogger(__name__)
+
+
+class Backends(Protocol):
+    def event_log(self) -> EventLog: ...
+
+    def catalog(self) -> ViewCatalog: ...
+
+    def open_view(self, view: ViewName, generation: int): ...
+
+    def drop_view(self, view: ViewName, generation: int) -> None: ...
+
+    def lock_path(self, view: ViewName, generation: int) -> Path: ...
+
+    def encoder(self): ...
+
+    def extractor(self): ...
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    topic: str = "memstream.events"
+    dlq_topic: str = "memstream.events.dlq"
+    partitions: int = 8
+    batch_size: int = 256
+    idle_poll: float = 0.05
+    policy: HierarchyPolicy = field(default_factory=HierarchyPolicy)
+    speaker_prefix: bool = True
+    speaker_as_entity: bool = True
+
+
+class ViewBusy(MemstreamError):
+    code = "view_busy"
+    http_status = 409
+
+
+class _WriterLock:
+    """An exclusive, advisory file lock: one writer per view generation across processes."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self, view: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise ViewBusy(
+                f"view {view!r} is already being processed by pid {holder}; stop it (or let it run: "
+                "`memstream serve` processes in-process) before running this command"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass
+class ViewStatus:
+    view: str
+    backend: str
+    generation: int
+    positions: Positions
+    end_offsets: Positions
+    lag_events: int
+    lag_seconds: float
+    rebuilding: list[int]
+
+
+class _LiveView:
+    def __init__(self, view: ViewName, generation: int, runner: ProjectionRunner, lock: _WriterLock):
+        self.view = view
+        self.generation = generation
+        self.runner = runner
+        self.lock = lock
+
+
+class Pipeline:
+    def __init__(self, backends: Backends, config: PipelineConfig, *, views: tuple[ViewName, ...] = VIEW_NAMES,
+                 metrics: RunnerMetrics | None = None):
+        unknown = set(views) - set(VIEW_NAMES)
+        if unknown:
+            raise ConfigurationError(f"unknown view(s) {sorted(unknown)}; known: {', '.join(VIEW_NAMES)}")
+        self.backends = backends
+        self.config = config
+        self.views = views
+        self.metrics = metrics or NoMetrics()
+        self.log: EventLog = backends.event_log()
+        self.catalog = backends.catalog()
+        self._live: dict[ViewName, _LiveView] = {}
+        self.model_load_seconds = 0.0
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def start_log(self) -> None:
+        await self.log.start()
+        await self.log.ensure_topic(self.config.topic, self.config.partitions)
+        await self.log.ensure_topic(self.config.dlq_topic, self.config.partitions)
+
+    async def start(self) -> None:
+        """Open the log and every view's live generation, taking the writer locks."""
+        await self.start_log()
+        t0 = time.perf_counter()
+        if "dense" in self.views or "graph" in self.views:
+            await asyncio.to_thread(self.backends.encoder().start)
+        if "graph" in self.views:
+            await asyncio.to_thread(self.backends.extractor().start)
+        self.model_load_seconds = time.perf_counter() - t0
+        for view in self.views:
+            generation = self.catalog.current(view)
+            if generation is None:
+                generation = self.catalog.new_generation(view)
+                self.catalog.activate(view, generation)
+            self._live[view] = self._open_live(view, generation)
+
+    def _open_live(self, view: ViewName, generation: int) -> _LiveView:
+        lock = _WriterLock(self.backends.lock_path(view, generation))
+        lock.acquire(view)
+        store = self.backends.open_view(view, generation)
+        return _LiveView(view, generation, self._runner(view, store, f"memstream.{view}"), lock)
+
+    def projection(self, view: ViewName, store) -> Projection:
+        c = self.config
+        if view == "hierarchy":
+            return HierarchyProjection(store, c.policy)
+        if view == "lexical":
+            return LexicalProjection(store, c.policy, c.speaker_prefix)
+        if view == "dense":
+            return DenseProjection(store, self.backends.encoder(), c.policy, c.speaker_prefix)
+        if view == "graph":
+            return GraphProjection(store, self.backends.extractor(), self.backends.encoder(), c.speaker_as_entity)
+        raise ConfigurationError(f"unknown view {view!r}")
+
+    def _runner(self, view: ViewName, store, group: str) -> ProjectionRunner:
+        return ProjectionRunner(
+            log_=self.log, topic=self.config.topic, dlq_topic=self.config.dlq_topic, projection=self.projection(view, store),
+            group=group, batch_size=self.config.batch_size, metrics=self.metrics,
+        )
+
+    async def close(self) -> None:
+        for live in self._live.values():
+            await asyncio.to_thread(live.runner.store.close)
+            live.lock.release()
+        self._live.clear()
+        await self.log.close()
+
+    def store(self, view: ViewName):
+        return self._live[view].runner.store
+
+    # -- processing ----------------------------------------------------------------------
+    async def _follow_catalog(self, live: _LiveView) -> _LiveView:
+        """Switch to a generation another process (or `replay`) activated."""
+        current = await asyncio.to_thread(self.catalog.current, live.view)
+        if current is None or current == live.generation:
+            return live
+        log.info("view=%s switching generation %d -> %d", live.view, live.generation, current)
+        await asyncio.to_thread(live.runner.store.close)
+        live.lock.release()
+        new = self._open_live(live.view, current)
+        self._live[live.view] = new
+        return new
+
+    async def step(self, view: ViewName) -> int:
+        live = await self._follow_catalog(self._live[view])
+        return (await live.runner.step()).records
+
+    async def process_until_caught_up(self, on_progress: Callable[[str, Positions], None] | None = None,
+                                      target: Positions | None = None) -> Positions:
+        """Run every view until it has processed everything appended before this call."""
+        target = target if target is not None else await self.log.end_offsets(self.config.topic)
+
+        async def drive(view: ViewName) -> None:
+            while True:
+                live = await self._follow_catalog(self._live[view])
+                if await live.runner.caught_up(target):
+                    return
+                result = await live.runner.step()
+                if on_progress is not None:
+                    on_progress(view, await live.runner.positions())
+                if result.records == 0:
+                    await asyncio.sleep(self.config.idle_poll)
+
+        await asyncio.gather(*(drive(v) for v in self.views))
+        return target
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Follow the log until `stop` is set."""
+
+        async def follow(view: ViewName) -> None:
+            while not stop.is_set():
+                try:
+                    n = await self.step(view)
+                except Exception:  # noqa: BLE001 - the runner isolates bad records; this guards the loop itself
+                    log.exception("view=%s step failed; retrying", view)
+                    n = 0
+                    await asyncio.sleep(1.0)
+                if n == 0:
+                    try:
+                        await asyncio.wait_for(stop.wait(), timeout=self.config.idle_poll)
+                    except asyncio.TimeoutError:
+                        pass
+
+        await asyncio.gather(*(follow(v) for v in self.views))
+
+    async def wait_for(self, target: Positions, timeout: float) -> bool:
+        """Read-your-writes: wait until every view has processed up to `target`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            done = True
+            for live in self._live.values():
+                if not await live.runner.caught_up(target):
+                    done = False
+                    break
+            if done:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
+
+    # -- replay --------------------------------------------------------------------------
+    async def replay(self, view: ViewName, on_progress: Callable[[str, Positions], None] | None = None) -> int:
+        """Rebuild `view` from offset 0 into a fresh generation, then switch readers to it.
+
+        The live generation keeps serving queries (and keeps processing, if a runner follows
+        it) during the rebuild. The switch is one catalog transaction; the live runner moves to
+        the new generation at its next step. The generation retired by the *previous* replay is
+        reclaimed now (the one retired by this replay stays until the next, for readers that
+        still have it open)."""
+        for old in self.catalog.retired(view):
+            self.backends.drop_view(view, old)
+        generation = self.catalog.new_generation(view)
+        lock = _WriterLock(self.backends.lock_path(view, generation))
+        lock.acquire(view)
+        store = self.backends.open_view(view, generation)
+        runner = self._runner(view, store, f"memstream.{view}.rebuild")
+        try:
+            while True:
+                target = await self.log.end_offsets(self.config.topic)
+                await runner.run_until(target, on_progress, idle_poll=self.config.idle_poll)
+                # New records may have arrived meanwhile; finish them before switching.
+                if await runner.caught_up(await self.log.end_offsets(self.config.topic)):
+                    break
+        finally:
+            await asyncio.to_thread(store.close)
+            lock.release()
+        self.catalog.activate(view, generation)
+        if view in self._live:
+            await self._follow_catalog(self._live[view])
+        return generation
+
+    # -- status --------------------------------------------------------------------------
+    async def status(self) -> list[ViewStatus]:
+        end = await self.log.end_offsets(self.config.topic)
+        out = []
+        for view in self.views:
+            live = self._live.get(view)
+            if live is not None:
+                store, generation = live.runner.store, live.generation
+                positions = await live.runner.positions()
+            else:
+                generation = self.catalog.current(view)
+                if generation is None:
+                    out.append(ViewStatus(view, "-", 0, {}, end, sum(end.values()), await self._lag_seconds(end, {}), self.catalog.building(view)))
+                    continue
+                store = self.backends.open_view(view, generation)
+                positions = await asyncio.to_thread(store.positions)
+                await asyncio.to_thread(store.close)
+            lag = sum(max(0, off - positions.get(p, 0)) for p, off in end.items())
+            out.append(ViewStatus(view, store.backend, generation, positions, end, lag, await self._lag_seconds(end, positions),
+                                  self.catalog.building(view)))
+        return out
+
+    async def _lag_seconds(self, end: Positions, positions: Positions) -> float:
+        """Age of the oldest record the view has not processed yet (0 when caught up)."""
+        oldest = None
+        for p, off in end.items():
+            pos = positions.get(p, 0)
+            if pos < off:
+                rec = await self.log.read(self.config.topic, p, pos, max_records=1)
+                if rec:
+                    oldest = rec[0].append_time if oldest is None else min(oldest, rec[0].append_time)
+        return 0.0 if oldest is None else max(0.0, time.time() - oldest)

@@ -1,0 +1,1 @@
+"""One module per view. Each projection is plain logic over (records, store); see base.py."""

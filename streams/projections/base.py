@@ -1,0 +1,170 @@
+"""What every projection shares: decoding records, dead-lettering what cannot be processed,
+deduplicating by event id, splitting a batch at deletions, and turning a batch into steps.
+
+A projection is plain logic over (records, its store): no broker, no runner. `handle()` reads
+the store's committed state, computes change sets, and returns them with the positions they
+complete; the runner applies them (store.apply writes the view and the positions together)
+and then commits the consumer group. Tests call `handle()` + `store.apply()` directly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Generic, Sequence, TypeVar
+
+from schemas.errors import InvalidEvent
+from schemas.events import ForgetRequested, TurnRecorded, decode_event
+from schemas.ports.event_log import LogRecord
+from schemas.ports.views import ChangeSet, Forget, Positions, TurnRow, ViewName, ViewStore, content_hash
+from schemas.units import turn_unit_id
+
+log = logging.getLogger(__name__)
+
+C = TypeVar("C", bound=ChangeSet)
+SessionKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    record: LogRecord
+    projection: str
+    reason: str
+    errors: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Step(Generic[C]):
+    """One atomic unit of work: a change set, the positions it completes, and the records that
+    could not be processed (they are dead-lettered before the positions move past them)."""
+
+    change: C
+    positions: Positions
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+
+def turn_row(event: TurnRecorded, record: LogRecord) -> TurnRow:
+    return TurnRow(
+        turn_id=turn_unit_id(event.tenant_id, event.conversation_id, event.event_id),
+        tenant_id=event.tenant_id,
+        conversation_id=event.conversation_id,
+        session_id=event.session_id,
+        event_id=event.event_id,
+        agent_id=event.agent_id,
+        speaker=event.speaker,
+        role=event.role,
+        turn_index=event.turn_index,
+        occurred_at=event.occurred_at,
+        text=event.full_text,
+        source_ref=event.source_ref,
+        partition=record.partition,
+        offset=record.offset,
+        content_hash=content_hash(event.model_dump(mode="json")),
+    )
+
+
+def advance(positions: Positions, records: Sequence[LogRecord]) -> Positions:
+    out = dict(positions)
+    for r in records:
+        out[r.partition] = max(out.get(r.partition, 0), r.offset + 1)
+    return out
+
+
+class Projection(Generic[C]):
+    """Base for the four projections. Subclasses implement `new_change`, `prepare` and
+    `session_change`; the base handles everything that is the same for all views."""
+
+    name: ViewName
+
+    def __init__(self, store: ViewStore):
+        self.store = store
+
+    # -- hooks ---------------------------------------------------------------------------
+    def new_change(self) -> C:
+        raise NotImplementedError
+
+    def prepare(self, new_turns: list[TurnRow]) -> None:
+        """Batch-level model work (encoding, NER) over all new turns of a step."""
+
+    def session_change(self, change: C, key: SessionKey, before: list[TurnRow], after: list[TurnRow], added: list[TurnRow]) -> None:
+        """Add to `change` what moving the session from `before` to `after` means for this view."""
+        raise NotImplementedError
+
+    # -- the algorithm -------------------------------------------------------------------
+    def handle(self, records: Sequence[LogRecord]) -> list[Step[C]]:
+        steps: list[Step[C]] = []
+        run: list[tuple[LogRecord, TurnRecorded]] = []
+        run_records: list[LogRecord] = []
+        dead: list[DeadLetter] = []
+        positions: Positions = {}
+
+        def flush() -> None:
+            nonlocal run, run_records, dead, positions
+            if not run_records:
+                return
+            positions = advance(positions, run_records)
+            steps.append(Step(self._turns_change(run, dead), dict(positions), dead))
+            run, run_records, dead = [], [], []
+
+        for record in records:
+            try:
+                event = decode_event(record.value)
+            except InvalidEvent as exc:
+                dead.append(DeadLetter(record, self.name, str(exc), exc.errors))
+                run_records.append(record)
+                continue
+            if isinstance(event, ForgetRequested):
+                flush()
+                positions = advance(positions, [record])
+                steps.append(Step(self._forget_change(Forget(event.tenant_id, event.scope)), dict(positions)))
+                continue
+            run.append((record, event))
+            run_records.append(record)
+        flush()
+        return steps
+
+    def _turns_change(self, run: list[tuple[LogRecord, TurnRecorded]], dead: list[DeadLetter]) -> C:
+        change = self.new_change()
+        # First occurrence of an event id wins, inside the batch and against the store.
+        by_conv: dict[tuple[str, str], dict[str, TurnRow]] = defaultdict(dict)
+        records: dict[str, LogRecord] = {}
+        for record, event in run:
+            row = turn_row(event, record)
+            seen = by_conv[(row.tenant_id, row.conversation_id)]
+            if row.event_id in seen:
+                if seen[row.event_id].content_hash != row.content_hash:
+                    dead.append(DeadLetter(record, self.name, f"event id {row.event_id!r} was already used for a different turn in this conversation; the first one is kept"))
+                continue
+            seen[row.event_id] = row
+            records[row.turn_id] = record
+        added: dict[SessionKey, list[TurnRow]] = defaultdict(list)
+        for (tenant, conv), rows in by_conv.items():
+            existing = self.store.find_turns(tenant, conv, list(rows))
+            for event_id, row in rows.items():
+                old = existing.get(event_id)
+                if old is None:
+                    added[row.session_key].append(row)
+                elif old.content_hash != row.content_hash:
+                    dead.append(DeadLetter(records[row.turn_id], self.name, f"event id {event_id!r} was already used for a different turn in this conversation; the first one is kept"))
+        new_turns = [t for rows in added.values() for t in rows]
+        if not new_turns:
+            return change
+        self.prepare(new_turns)
+        for key in sorted(added):
+            before = self.store.session_turns(*key)
+            after = before + added[key]
+            change.put_turns.extend(added[key])
+            self.session_change(change, key, before, after, added[key])
+        return change
+
+    def _forget_change(self, forget: Forget) -> C:
+        change = self.new_change()
+        change.forgets.append(forget)
+        if forget.scope.level == "turn":
+            # The session survives: its windows/episodes/adjacency are recomputed without the turn.
+            for turn in self.store.turns_in_scope(forget):
+                before = self.store.session_turns(*turn.session_key)
+                after = [t for t in before if t.turn_id != turn.turn_id]
+                self.session_change(change, turn.session_key, before, after, [])
+        return change

@@ -1,0 +1,159 @@
+"""The loop that drives one projection over the log: a thin shell around the plain logic.
+
+One step:
+1. read up to `batch_size` records per partition from the view's own positions;
+2. `projection.handle(records)` computes change sets (model work runs in a worker thread);
+3. for each resulting step: append its dead letters to the dead-letter topic, then
+   `store.apply(change, positions)` — the view and its positions in one write;
+4. commit the positions to the consumer group (for lag tools; the store's copy is the one the
+   runner resumes from).
+
+Write the view, then the positions, then the group: that order is the delivery guarantee
+(at-least-once delivery, made effectively-once by deterministic ids and upserts).
+
+A processor never dies on one bad record: if handling a batch raises, the batch is bisected
+until the failing record is isolated, and that record is dead-lettered with the exception as
+its reason. TransientError (a store or broker briefly unavailable) is retried with back-off
+instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+from schemas.errors import TransientError
+from schemas.ports.event_log import EventLog, LogRecord
+from schemas.ports.views import Positions
+from streams.dlq import dead_letter_records
+from streams.projections.base import DeadLetter, Projection, Step, advance
+
+log = logging.getLogger(__name__)
+
+
+class RunnerMetrics(Protocol):
+    """Hooks for observability; the no-op default keeps the runner free of any metrics library."""
+
+    def batch_done(self, view: str, records: int, dead_letters: int, seconds: float, append_times: list[float]) -> None: ...
+
+    def batch_failed(self, view: str, error: BaseException) -> None: ...
+
+
+class NoMetrics:
+    def batch_done(self, view: str, records: int, dead_letters: int, seconds: float, append_times: list[float]) -> None:
+        pass
+
+    def batch_failed(self, view: str, error: BaseException) -> None:
+        pass
+
+
+@dataclass
+class StepResult:
+    records: int
+    dead_letters: int
+
+
+class ProjectionRunner:
+    def __init__(
+        self,
+        *,
+        log_: EventLog,
+        topic: str,
+        dlq_topic: str,
+        projection: Projection,
+        group: str,
+        batch_size: int = 256,
+        metrics: RunnerMetrics | None = None,
+        max_backoff: float = 30.0,
+    ):
+        self.log = log_
+        self.topic = topic
+        self.dlq_topic = dlq_topic
+        self.projection = projection
+        self.group = group
+        self.batch_size = batch_size
+        self.metrics = metrics or NoMetrics()
+        self.max_backoff = max_backoff
+        self._positions: Positions | None = None
+
+    @property
+    def view(self) -> str:
+        return self.projection.name
+
+    @property
+    def store(self):
+        return self.projection.store
+
+    async def positions(self) -> Positions:
+        if self._positions is None:
+            self._positions = await asyncio.to_thread(self.store.positions)
+        return dict(self._positions)
+
+    async def step(self) -> StepResult:
+        positions = await self.positions()
+        end = await self.log.end_offsets(self.topic)
+        records: list[LogRecord] = []
+        for p in sorted(end):
+            start = positions.get(p, 0)
+            if start < end[p]:
+                records.extend(await self.log.read(self.topic, p, start, max_records=self.batch_size))
+        if not records:
+            return StepResult(0, 0)
+        t0 = time.perf_counter()
+        dead = await self._process(records, positions)
+        await self.log.commit(self.group, self.topic, self._positions or {})
+        self.metrics.batch_done(self.view, len(records), dead, time.perf_counter() - t0, [r.append_time for r in records])
+        return StepResult(len(records), dead)
+
+    async def _process(self, records: Sequence[LogRecord], positions: Positions) -> int:
+        backoff = 0.5
+        while True:
+            try:
+                steps = await asyncio.to_thread(self.projection.handle, list(records))
+                return await self._apply(steps, positions)
+            except TransientError as exc:
+                self.metrics.batch_failed(self.view, exc)
+                log.warning("view=%s transient error, retrying in %.1fs: %s", self.view, backoff, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+            except Exception as exc:  # noqa: BLE001 - isolate the record that breaks the projection
+                self.metrics.batch_failed(self.view, exc)
+                if len(records) == 1:
+                    log.error("view=%s dead-lettering record partition=%d offset=%d: %r", self.view, records[0].partition, records[0].offset, exc)
+                    reason = f"{self.view} projection failed: {type(exc).__name__}: {exc}"
+                    step = Step(self.projection.new_change(), advance({}, records), [DeadLetter(records[0], self.view, reason)])
+                    return await self._apply([step], positions)
+                mid = len(records) // 2
+                first = await self._process(records[:mid], positions)
+                return first + await self._process(records[mid:], await self.positions())
+
+    async def _apply(self, steps: list[Step], positions: Positions) -> int:
+        dead = 0
+        current = dict(positions)
+        for s in steps:
+            if s.dead_letters:
+                await self.log.append(self.dlq_topic, dead_letter_records(s.dead_letters))
+                dead += len(s.dead_letters)
+            current.update(s.positions)
+            await asyncio.to_thread(self.store.apply, s.change, dict(current))
+            self._positions = dict(current)
+        return dead
+
+    async def caught_up(self, target: Positions) -> bool:
+        positions = await self.positions()
+        return all(positions.get(p, 0) >= off for p, off in target.items())
+
+    async def run_until(self, target: Positions, on_progress: Callable[[str, Positions], None] | None = None,
+                        stop: asyncio.Event | None = None, idle_poll: float = 0.05) -> None:
+        """Process until the view's positions reach `target` (e.g. the end offsets at a moment)."""
+        while not await self.caught_up(target):
+            if stop is not None and stop.is_set():
+                return
+            result = await self.step()
+            if on_progress is not None:
+                on_progress(self.view, await self.positions())
+            if result.records == 0:
+                await asyncio.sleep(idle_poll)

@@ -1,0 +1,1 @@
+"""Turn external datasets and files into events."""

@@ -1,0 +1,32 @@
+"""Small builders for contract tests: turn rows and the units/docs/points derived from them."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+
+from schemas.ports.views import TurnRow, content_hash
+from schemas.units import HierarchyPolicy, turn_unit_id
+from streams.segmentation import session_units
+
+T0 = datetime(2025, 3, 1, 10, 0, tzinfo=timezone.utc)
+POLICY = HierarchyPolicy(window_size=3, window_stride=2)
+
+
+def row(i: int, text: str, *, tenant="t1", conv="c1", session="s1", agent="a1", speaker="Ann", partition=0, minutes=None) -> TurnRow:
+    event_id = f"{conv}-{session}-{i}"
+    return TurnRow(
+        turn_id=turn_unit_id(tenant, conv, event_id), tenant_id=tenant, conversation_id=conv, session_id=session, event_id=event_id,
+        agent_id=agent, speaker=speaker, role="user", turn_index=i, occurred_at=T0 + timedelta(minutes=i if minutes is None else minutes),
+        text=text, source_ref=f"D1:{i}", partition=partition, offset=i, content_hash=content_hash(tenant, conv, event_id, text),
+    )
+
+
+def units(rows: list[TurnRow]):
+    return session_units(rows, POLICY)
+
+
+def unit_vector(seed: int, dim: int = 16) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    return v / np.linalg.norm(v)

@@ -1,0 +1,100 @@
+"""Contract of the GraphStore port (entity–context graph, PPR), run against every adapter."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from schemas.events import ForgetScope
+from schemas.ports.graph import AdjacencyEdge, EntityNode, GraphChangeSet, Mention, SentenceNode
+from schemas.ports.views import Boundary, Forget
+from tests.contracts.builders import row, unit_vector
+
+pytestmark = pytest.mark.contract
+
+
+def _sqlite(tmp_path):
+    from infra.graph.sqlite import SqliteGraphStore
+
+    return SqliteGraphStore(tmp_path / "graph.sqlite", 1)
+
+
+ADAPTERS = {"sqlite": _sqlite}
+
+
+@pytest.fixture(params=sorted(ADAPTERS))
+def store(request, tmp_path):
+    s = ADAPTERS[request.param](tmp_path)
+    yield s
+    s.close()
+
+
+# Four turns in c1: Ann talks about Paris and Bob; Bob about Paris; a turn about Rome; plus c2.
+MENTIONS = {0: ["ann", "paris", "bob"], 1: ["bob", "paris"], 2: ["rome"], 3: ["ann"]}
+
+
+def build(store, tenant="t1", conv="c1", offset=0):
+    rows = [row(i, f"turn {i}", tenant=tenant, conv=conv) for i in MENTIONS]
+    names = sorted({n for ns in MENTIONS.values() for n in ns})
+    ids = {n: f"{tenant}-{n}" for n in names}
+    change = GraphChangeSet(put_turns=rows)
+    change.entities = [EntityNode(ids[n], tenant, n, "PERSON", unit_vector(hash(n) % 1000)) for n in names]
+    for i, ns in MENTIONS.items():
+        for n in ns:
+            change.mentions.append(Mention(ids[n], rows[i].turn_id, 1, 1 / len(ns), "ner"))
+        change.sentences.append(SentenceNode(f"{rows[i].turn_id}.s0", rows[i].turn_id, 0, 0, 6, tuple(ids[n] for n in ns)))
+    change.adjacency[(tenant, conv, "s1")] = [AdjacencyEdge(a.turn_id, b.turn_id, tenant, conv, "s1") for a, b in zip(rows, rows[1:])]
+    store.apply(change, {0: offset + len(rows)})
+    return rows, ids
+
+
+def reference_ppr(rows, ids, reset, damping, adjacency_weight):
+    g = nx.Graph()
+    for i, ns in MENTIONS.items():
+        for n in ns:
+            g.add_edge(rows[i].turn_id, ids[n], weight=1 / len(ns))
+    for a, b in zip(rows, rows[1:]):
+        g.add_edge(a.turn_id, b.turn_id, weight=adjacency_weight)
+    personalization = {n: reset.get(n, 0.0) for n in g.nodes}
+    return nx.pagerank(g, alpha=damping, personalization=personalization, weight="weight", tol=1e-12, max_iter=1000)
+
+
+def test_personalized_pagerank_matches_reference(store):
+    rows, ids = build(store)
+    reset = {ids["paris"]: 0.7, rows[2].turn_id: 0.3}
+    got = store.personalized_pagerank(Boundary("t1", ("c1",)), reset, 0.6, max_iterations=500, tolerance=1e-12, adjacency_weight=0.5)
+    want = reference_ppr(rows, ids, reset, 0.6, 0.5)
+    assert set(got) == {r.turn_id for r in rows}  # context nodes only
+    for cid, score in got.items():
+        assert abs(score - want[cid]) < 1e-6
+    top = max(got, key=got.get)
+    assert top in {rows[0].turn_id, rows[1].turn_id, rows[2].turn_id}
+    assert store.personalized_pagerank(Boundary("t1", ("c1",)), {}, 0.6) == {}
+
+
+def test_graph_reads_are_bounded_by_conversation_and_tenant(store):
+    rows1, ids1 = build(store, conv="c1")
+    rows2, _ = build(store, conv="c2", offset=4)
+    rows3, ids3 = build(store, tenant="t2", offset=8)
+    ppr = store.personalized_pagerank(Boundary("t1", ("c1",)), {ids1["paris"]: 1.0}, 0.6)
+    assert set(ppr) == {r.turn_id for r in rows1}
+    assert store.personalized_pagerank(Boundary("t1", ("c1",)), {ids3["paris"]: 1.0}, 0.6) == {}
+    matches = store.align_entities(Boundary("t1", ("c1",)), np.stack([unit_vector(hash("rome") % 1000)]), 2)
+    assert matches[0][0].entity_id == ids1["rome"] and matches[0][0].score > 0.999
+    assert all(m.entity_id.startswith("t1-") for m in matches[0])
+    sents = store.co_sentences(Boundary("t1", ("c1",)), [ids1["bob"]])
+    assert {s.context_id for s in sents} == {rows1[0].turn_id, rows1[1].turn_id}
+    assert store.context_entities("t1", [rows1[1].turn_id]) == {rows1[1].turn_id: {ids1["bob"], ids1["paris"]}}
+    assert store.known_entities("t1", [ids1["ann"], ids3["ann"]]) == {ids1["ann"]}
+
+
+def test_forget_turn_and_conversation(store):
+    rows, ids = build(store)
+    store.apply(GraphChangeSet(forgets=[Forget("t1", ForgetScope(level="turn", conversation_id="c1", event_id=rows[2].event_id))]), {0: 5})
+    ppr = store.personalized_pagerank(Boundary("t1", ("c1",)), {ids["paris"]: 1.0}, 0.6)
+    assert rows[2].turn_id not in ppr
+    assert store.known_entities("t1", [ids["rome"]]) == set()  # nobody mentions it any more
+    store.apply(GraphChangeSet(forgets=[Forget("t1", ForgetScope(level="conversation", conversation_id="c1"))]), {0: 6})
+    assert store.personalized_pagerank(Boundary("t1", ("c1",)), {ids["paris"]: 1.0}, 0.6) == {}
+    assert store.positions() == {0: 6}

@@ -1,0 +1,86 @@
+"""Contract of the LexicalIndex port (BM25 over units), run against every adapter."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from schemas.events import ForgetScope
+from schemas.ports.lexical import LexicalChangeSet, LexicalDoc
+from schemas.ports.views import Boundary, Forget
+from tests.contracts.builders import T0, row
+
+pytestmark = pytest.mark.contract
+
+
+def _tantivy(tmp_path):
+    from infra.lexical.tantivy import TantivyLexicalIndex
+
+    return TantivyLexicalIndex(tmp_path / "lexical", 1)
+
+
+ADAPTERS = {"tantivy": _tantivy}
+
+
+@pytest.fixture(params=sorted(ADAPTERS))
+def index(request, tmp_path):
+    s = ADAPTERS[request.param](tmp_path)
+    yield s
+    s.close()
+
+
+def doc(uid, text, *, kind="turn", tenant="t1", conv="c1", session="s1", agents=("a1",), minutes=0):
+    t = T0 + timedelta(minutes=minutes)
+    return LexicalDoc(uid, kind, text, tenant, conv, session, agents, t, t)
+
+
+def test_bm25_ranks_by_term_statistics_and_stems(index):
+    index.apply(LexicalChangeSet(upsert_docs=[
+        doc("u1", "we went hiking in the mountains"),
+        doc("u2", "hiking hiking every weekend, hikes in the rain"),
+        doc("u3", "I bought a new guitar"),
+    ]), {0: 3})
+    hits = index.search("turn", "hike", Boundary("t1"), 10)
+    assert [h.unit_id for h in hits] == ["u2", "u1"]  # stemming: hike ~ hiking ~ hikes
+    assert hits[0].score > hits[1].score > 0
+    assert index.search("turn", "   ...  ", Boundary("t1"), 10) == []
+    assert index.positions() == {0: 3}
+
+
+def test_kinds_and_boundaries_filter(index):
+    index.apply(LexicalChangeSet(upsert_docs=[
+        doc("t-a", "pottery class", conv="c1", session="s1", agents=("a1",), minutes=0),
+        doc("t-b", "pottery workshop", conv="c1", session="s2", agents=("a2",), minutes=60),
+        doc("t-c", "pottery wheel", conv="c2"),
+        doc("w-a", "pottery class and more", kind="window"),
+        doc("t-x", "pottery", tenant="t2"),
+    ]), {0: 5})
+    ids = lambda b, kind="turn": {h.unit_id for h in index.search(kind, "pottery", b, 10)}
+    assert ids(Boundary("t1")) == {"t-a", "t-b", "t-c"}
+    assert ids(Boundary("t1"), "window") == {"w-a"}
+    assert ids(Boundary("t1", ("c1",))) == {"t-a", "t-b"}
+    assert ids(Boundary("t1", ("c1",), ("s2",))) == {"t-b"}
+    assert ids(Boundary("t1", agent_ids=("a1",))) == {"t-a", "t-c"}
+    assert ids(Boundary("t1", ("c1",), since=T0 + timedelta(minutes=30))) == {"t-b"}
+    assert ids(Boundary("t1", ("c1",), until=T0 + timedelta(minutes=30))) == {"t-a"}
+    assert ids(Boundary("t2")) == {"t-x"}
+
+
+def test_upsert_replaces_delete_removes_forget_clears_scope(index):
+    index.apply(LexicalChangeSet(upsert_docs=[doc("u1", "red balloon"), doc("u2", "blue balloon", conv="c2")]), {0: 2})
+    index.apply(LexicalChangeSet(upsert_docs=[doc("u1", "green kite")]), {0: 3})
+    assert [h.unit_id for h in index.search("turn", "balloon", Boundary("t1"), 10)] == ["u2"]
+    assert [h.unit_id for h in index.search("turn", "kite", Boundary("t1"), 10)] == ["u1"]
+    index.apply(LexicalChangeSet(delete_docs=["u1"]), {0: 4})
+    assert index.search("turn", "kite", Boundary("t1"), 10) == []
+    index.apply(LexicalChangeSet(forgets=[Forget("t1", ForgetScope(level="conversation", conversation_id="c2"))]), {0: 5})
+    assert index.search("turn", "balloon", Boundary("t1"), 10) == []
+    assert index.positions() == {0: 5}
+
+
+def test_ledger(index):
+    rows = [row(2, "b"), row(0, "a"), row(1, "c")]
+    index.apply(LexicalChangeSet(put_turns=rows), {0: 3})
+    assert [t.turn_index for t in index.session_turns("t1", "c1", "s1")] == [0, 1, 2]
+    assert set(index.find_turns("t1", "c1", ["c1-s1-1", "nope"])) == {"c1-s1-1"}
