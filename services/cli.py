@@ -367,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     except MemstreamError as exc:
         print(f"memstream: {exc}", file=sys.stderr)
         return 2
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"memstream: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -9,7 +9,8 @@ lost: at worst a crash duplicates a dead letter (listing deduplicates by origin)
 producer): each distinct original record is appended again to the source topic — once, however
 many projections dead-lettered it — and a `replayed` marker naming the origin is appended to
 the dead-letter topic, so the topic alone says what is pending (this works the same on Kafka).
-Records that still fail validation are reported and left alone unless forced. Views
+Records that still fail validation, or whose failure replay cannot fix (a conflicting
+duplicate event id), are reported and left alone unless forced. Views
 deduplicate by event id, so projections that had processed a record before are unaffected.
 """
 
@@ -33,7 +34,7 @@ def dead_letter_records(dead: list[DeadLetter]) -> list[NewRecord]:
         r = d.record
         body = {
             "source_topic": r.topic, "partition": r.partition, "offset": r.offset, "key": r.key,
-            "append_time": r.append_time, "projection": d.projection, "reason": d.reason, "errors": d.errors,
+            "append_time": r.append_time, "projection": d.projection, "reason": d.reason, "errors": d.errors, "retryable": d.retryable,
             "value_b64": base64.b64encode(r.value).decode("ascii"), "dead_lettered_at": time.time(),
         }
         out.append(NewRecord(key=r.key or f"{r.topic}:{r.partition}", value=json.dumps(body).encode("utf-8"), headers=r.headers))
@@ -54,6 +55,7 @@ class DeadLetterEntry:
     value: bytes
     dlq_positions: list[tuple[int, int]]
     replayed: bool
+    retryable: bool = True
 
     @property
     def origin(self) -> str:
@@ -87,6 +89,7 @@ async def list_dead_letters(log: EventLog, dlq_topic: str) -> list[DeadLetterEnt
             entries[key] = DeadLetterEntry(
                 body["source_topic"], body["partition"], body["offset"], body.get("key"), body["reason"], body.get("errors", []),
                 [body["projection"]], base64.b64decode(body["value_b64"]), [(rec.partition, rec.offset)], False,
+                body.get("retryable", True),
             )
         else:
             if body["projection"] not in e.projections:
@@ -108,10 +111,13 @@ async def replay_dead_letters(log: EventLog, dlq_topic: str, *, force: bool = Fa
     pending = [e for e in await list_dead_letters(log, dlq_topic) if not e.replayed]
     ok, bad = [], []
     for e in pending:
-        try:
-            decode_event(e.value)
-        except InvalidEvent as exc:
-            if not force:
+        if not force:
+            if not e.retryable:
+                bad.append((e, e.reason))
+                continue
+            try:
+                decode_event(e.value)
+            except InvalidEvent as exc:
                 bad.append((e, str(exc)))
                 continue
         ok.append(e)

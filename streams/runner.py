@@ -103,17 +103,20 @@ class ProjectionRunner:
         if not records:
             return StepResult(0, 0)
         t0 = time.perf_counter()
-        dead = await self._process(records, positions)
+        dead = await self._process(records)
         await self.log.commit(self.group, self.topic, self._positions or {})
         self.metrics.batch_done(self.view, len(records), dead, time.perf_counter() - t0, [r.append_time for r in records])
         return StepResult(len(records), dead)
 
-    async def _process(self, records: Sequence[LogRecord], positions: Positions) -> int:
-        backoff = 0.5
-        while True:
+    async def _process(self, records: Sequence[LogRecord]) -> int:
+        """Handle and apply `records`; returns how many were dead-lettered."""
+        dead, remaining, backoff = 0, list(records), 0.5
+        while remaining:
             try:
-                steps = await asyncio.to_thread(self.projection.handle, list(records))
-                return await self._apply(steps, positions)
+                steps, consumed = await asyncio.to_thread(self.projection.handle, remaining)
+                dead += await self._apply(steps, await self.positions())
+                remaining = remaining[consumed:]
+                backoff = 0.5
             except TransientError as exc:
                 self.metrics.batch_failed(self.view, exc)
                 log.warning("view=%s transient error, retrying in %.1fs: %s", self.view, backoff, exc)
@@ -121,14 +124,18 @@ class ProjectionRunner:
                 backoff = min(backoff * 2, self.max_backoff)
             except Exception as exc:  # noqa: BLE001 - isolate the record that breaks the projection
                 self.metrics.batch_failed(self.view, exc)
-                if len(records) == 1:
-                    log.error("view=%s dead-lettering record partition=%d offset=%d: %r", self.view, records[0].partition, records[0].offset, exc)
+                if len(remaining) == 1:
+                    bad = remaining[0]
+                    log.error("view=%s dead-lettering record partition=%d offset=%d: %r", self.view, bad.partition, bad.offset, exc)
                     reason = f"{self.view} projection failed: {type(exc).__name__}: {exc}"
-                    step = Step(self.projection.new_change(), advance({}, records), [DeadLetter(records[0], self.view, reason)])
-                    return await self._apply([step], positions)
-                mid = len(records) // 2
-                first = await self._process(records[:mid], positions)
-                return first + await self._process(records[mid:], await self.positions())
+                    step = Step(self.projection.new_change(), advance({}, [bad]), [DeadLetter(bad, self.view, reason)])
+                    dead += await self._apply([step], await self.positions())
+                    remaining = []
+                else:
+                    mid = len(remaining) // 2
+                    dead += await self._process(remaining[:mid])
+                    remaining = remaining[mid:]
+        return dead
 
     async def _apply(self, steps: list[Step], positions: Positions) -> int:
         dead = 0

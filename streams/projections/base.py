@@ -32,6 +32,7 @@ class DeadLetter:
     projection: str
     reason: str
     errors: list[dict] = field(default_factory=list)
+    retryable: bool = True  # False: replaying cannot help (e.g. a conflicting duplicate event id)
 
 
 @dataclass
@@ -64,6 +65,11 @@ def turn_row(event: TurnRecorded, record: LogRecord) -> TurnRow:
     )
 
 
+def _conflict(record: LogRecord, projection: str, event_id: str) -> DeadLetter:
+    return DeadLetter(record, projection, f"event id {event_id!r} was already used for a different turn in this conversation; "
+                      "the first one is kept (events are immutable: publish a new event id)", retryable=False)
+
+
 def advance(positions: Positions, records: Sequence[LogRecord]) -> Positions:
     out = dict(positions)
     for r in records:
@@ -92,36 +98,38 @@ class Projection(Generic[C]):
         raise NotImplementedError
 
     # -- the algorithm -------------------------------------------------------------------
-    def handle(self, records: Sequence[LogRecord]) -> list[Step[C]]:
-        steps: list[Step[C]] = []
+    def handle(self, records: Sequence[LogRecord]) -> tuple[list[Step[C]], int]:
+        """Steps for a prefix of `records`, and how many records that prefix holds.
+
+        A deletion ends the prefix: what it removes (and the sessions it repairs) depends on
+        the view *after* the preceding turns are applied, so the caller applies the returned
+        steps and calls again with the rest."""
         run: list[tuple[LogRecord, TurnRecorded]] = []
-        run_records: list[LogRecord] = []
         dead: list[DeadLetter] = []
-        positions: Positions = {}
-
-        def flush() -> None:
-            nonlocal run, run_records, dead, positions
-            if not run_records:
-                return
-            positions = advance(positions, run_records)
-            steps.append(Step(self._turns_change(run, dead), dict(positions), dead))
-            run, run_records, dead = [], [], []
-
-        for record in records:
+        for i, record in enumerate(records):
             try:
                 event = decode_event(record.value)
             except InvalidEvent as exc:
                 dead.append(DeadLetter(record, self.name, str(exc), exc.errors))
-                run_records.append(record)
                 continue
             if isinstance(event, ForgetRequested):
-                flush()
-                positions = advance(positions, [record])
-                steps.append(Step(self._forget_change(Forget(event.tenant_id, event.scope)), dict(positions)))
-                continue
+                if i > 0:
+                    return [Step(self._turns_change(run, dead), advance({}, records[:i]), dead)], i
+                return [Step(self._forget_change(Forget(event.tenant_id, event.scope)), advance({}, records[:1]))], 1
             run.append((record, event))
-            run_records.append(record)
-        flush()
+        return [Step(self._turns_change(run, dead), advance({}, records), dead)], len(records)
+
+    def handle_all(self, records: Sequence[LogRecord]) -> list[Step[C]]:
+        """Convenience for tests and tools: handle and apply everything (store.apply per step)."""
+        steps: list[Step[C]] = []
+        positions = self.store.positions()
+        while records:
+            batch, n = self.handle(records)
+            for step in batch:
+                positions = {**positions, **step.positions}
+                self.store.apply(step.change, positions)
+            steps.extend(batch)
+            records = records[n:]
         return steps
 
     def _turns_change(self, run: list[tuple[LogRecord, TurnRecorded]], dead: list[DeadLetter]) -> C:
@@ -134,7 +142,7 @@ class Projection(Generic[C]):
             seen = by_conv[(row.tenant_id, row.conversation_id)]
             if row.event_id in seen:
                 if seen[row.event_id].content_hash != row.content_hash:
-                    dead.append(DeadLetter(record, self.name, f"event id {row.event_id!r} was already used for a different turn in this conversation; the first one is kept"))
+                    dead.append(_conflict(record, self.name, row.event_id))
                 continue
             seen[row.event_id] = row
             records[row.turn_id] = record
@@ -146,7 +154,7 @@ class Projection(Generic[C]):
                 if old is None:
                     added[row.session_key].append(row)
                 elif old.content_hash != row.content_hash:
-                    dead.append(DeadLetter(records[row.turn_id], self.name, f"event id {event_id!r} was already used for a different turn in this conversation; the first one is kept"))
+                    dead.append(_conflict(records[row.turn_id], self.name, event_id))
         new_turns = [t for rows in added.values() for t in rows]
         if not new_turns:
             return change

@@ -1,0 +1,108 @@
+"""Bad records from foreign producers and projection failures: dead-lettered with a reason,
+processing continues, nothing is lost, and dead letters can be re-driven after a fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from schemas import events as ev
+from schemas.ports.event_log import NewRecord
+from schemas.ports.views import Boundary
+from streams.dlq import list_dead_letters, replay_dead_letters
+from streams.projections.hierarchy import HierarchyProjection
+from streams.runner import ProjectionRunner
+from tests.conftest import turn
+from tests.e2e.helpers import make_pipeline
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+
+def raw(event) -> bytes:
+    return event.model_dump_json().encode()
+
+
+async def test_foreign_garbage_is_dead_lettered_and_replayed_after_a_fix(tmp_path, models, monkeypatch):
+    p, settings = make_pipeline(tmp_path, models)
+    await p.start()
+    try:
+        v0 = json.loads(turn(2).model_dump_json())
+        v0["schema_version"] = 0
+        v0["content"] = v0.pop("text")
+        key = "t1/c1"
+        await p.log.append(p.config.topic, [
+            NewRecord(key, raw(turn(0))),
+            NewRecord(key, b"\xff\xfe not utf-8"),
+            NewRecord(key, b'{"type": "TurnRecorded", "event_id": '),
+            NewRecord(key, json.dumps({**json.loads(turn(9).model_dump_json()), "speaker": None}).encode()),
+            NewRecord(key, json.dumps(v0).encode()),
+            NewRecord(key, raw(turn(1))),
+            NewRecord(key, raw(turn(1, text="same id, other words"))),  # conflicting duplicate
+        ])
+        await p.process_until_caught_up()
+        texts = [u.text for u in p.store("hierarchy").list_units(Boundary("t1", ("c1",)), "turn")]
+        assert texts == [turn(0).text, turn(1).text]
+        for s in await p.status():
+            assert s.lag_events == 0
+        entries = await list_dead_letters(p.log, settings.dlq_topic)
+        reasons = {e.offset: e.reason for e in entries}
+        assert set(reasons) == {1, 2, 3, 4, 6}
+        assert "not valid UTF-8" in reasons[1] and "not valid JSON" in reasons[2]
+        assert "speaker" in reasons[3] and "text" in reasons[4]
+        assert "already used for a different turn" in reasons[6]
+        assert all(set(e.projections) == {"hierarchy", "graph", "lexical", "dense"} for e in entries if e.offset != 6)
+        assert entries[0].value == b"\xff\xfe not utf-8"  # the original bytes are kept
+
+        # Nothing is fixed yet: replay refuses records that still fail and leaves them pending.
+        report = await replay_dead_letters(p.log, settings.dlq_topic)
+        assert report.replayed == [] and len(report.still_invalid) == 5
+
+        # The fix: an upcaster for the old schema version. Replay re-drives that record once.
+        def v0_to_v1(d):
+            d["text"] = d.pop("content")
+            d["schema_version"] = 1
+            return d
+
+        monkeypatch.setitem(ev.UPCASTERS, ("TurnRecorded", 0), v0_to_v1)
+        report = await replay_dead_letters(p.log, settings.dlq_topic)
+        assert [e.offset for e in report.replayed] == [4]
+        await p.process_until_caught_up()
+        texts = [u.text for u in p.store("hierarchy").list_units(Boundary("t1", ("c1",)), "turn")]
+        assert turn(2).text in texts
+        entries = await list_dead_letters(p.log, settings.dlq_topic)
+        assert [e.offset for e in entries if e.replayed] == [4]
+        assert (await replay_dead_letters(p.log, settings.dlq_topic)).replayed == []
+    finally:
+        await p.close()
+
+
+class _Fragile(HierarchyProjection):
+    """A projection with a bug that one particular turn triggers."""
+
+    def session_change(self, change, key, before, after, added):
+        if any("explode" in t.text for t in added):
+            raise RuntimeError("cannot handle this turn")
+        super().session_change(change, key, before, after, added)
+
+
+async def test_one_record_that_breaks_a_projection_is_isolated(tmp_path, models):
+    p, settings = make_pipeline(tmp_path, models)
+    await p.start_log()
+    store = p.backends.open_view("hierarchy", 1)
+    runner = ProjectionRunner(log_=p.log, topic=p.config.topic, dlq_topic=p.config.dlq_topic,
+                              projection=_Fragile(store, p.config.policy), group="test", batch_size=100)
+    try:
+        events = [turn(i, text="please explode now" if i == 5 else None) for i in range(12)]
+        await p.log.append(p.config.topic, [NewRecord("t1/c1", raw(e)) for e in events])
+        while (await runner.step()).records:
+            pass
+        kept = [u.provenance.turn_start for u in store.list_units(Boundary("t1"), "turn")]
+        assert len(kept) == 11
+        entries = await list_dead_letters(p.log, settings.dlq_topic)
+        assert [(e.offset, e.projections) for e in entries] == [(5, ["hierarchy"])]
+        assert "RuntimeError: cannot handle this turn" in entries[0].reason
+        assert store.positions() == {next(iter(store.positions())): 12}
+    finally:
+        store.close()
+        await p.close()
