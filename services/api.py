@@ -3,7 +3,8 @@
 Every error has one body shape: {"error": {"code": str, "message": str, "details": [...]}}.
 The OpenAPI document is at /openapi.json (no bundled docs UI: it would load assets from a CDN).
 
-POST /v1/events accepts one event, a JSON array of events, or {"events": [...]}. Items are
+POST /v1/events accepts one event, a JSON array of events, {"events": [...]}, or JSON Lines
+(Content-Type: application/x-ndjson). Items are
 validated one by one: valid items are appended even when others are invalid. Status 200 means
 all were accepted, 207 some, 422 none; the body lists every item in input order with its
 partition/offset or its field errors.
@@ -187,10 +188,22 @@ async def _read_items(request: Request, settings: Settings) -> list[Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadRequest(f"request body is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type in ("application/x-ndjson", "application/jsonl", "application/json-lines"):
+        items = []
+        for n, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    items.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise BadRequest(f"line {n} is not valid JSON: {exc.msg} at column {exc.colno}") from None
+        body = items
+    else:
+        try:
+            body = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BadRequest(f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+                             " (send JSON Lines as application/x-ndjson)") from None
     if isinstance(body, dict) and "events" in body:
         items = body["events"]
         if not isinstance(items, list):

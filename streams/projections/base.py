@@ -97,6 +97,9 @@ class Projection(Generic[C]):
         """Add to `change` what moving the session from `before` to `after` means for this view."""
         raise NotImplementedError
 
+    def finish(self, change: C) -> None:
+        """Batch-level work after every session of a step was handled (e.g. encode new entities once)."""
+
     # -- the algorithm -------------------------------------------------------------------
     def handle(self, records: Sequence[LogRecord]) -> tuple[list[Step[C]], int]:
         """Steps for a prefix of `records`, and how many records that prefix holds.
@@ -164,6 +167,7 @@ class Projection(Generic[C]):
             after = before + added[key]
             change.put_turns.extend(added[key])
             self.session_change(change, key, before, after, added[key])
+        self.finish(change)
         return change
 
     def _forget_change(self, forget: Forget) -> C:
@@ -175,4 +179,5 @@ class Projection(Generic[C]):
                 before = self.store.session_turns(*turn.session_key)
                 after = [t for t in before if t.turn_id != turn.turn_id]
                 self.session_change(change, turn.session_key, before, after, [])
+        self.finish(change)
         return change

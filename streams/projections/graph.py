@@ -38,12 +38,14 @@ class GraphProjection(Projection[GraphChangeSet]):
         self.encoder = encoder
         self.speaker_as_entity = speaker_as_entity
         self._analysis: dict[str, AnalyzedText] = {}
+        self._new_entities: dict[tuple[str, str], tuple[str, str]] = {}
 
     def new_change(self) -> GraphChangeSet:
         return GraphChangeSet()
 
     def prepare(self, new_turns: list[TurnRow]) -> None:
         self._analysis = dict(zip((t.turn_id for t in new_turns), self.extractor.analyze([t.text for t in new_turns])))
+        self._new_entities = {}
 
     def session_change(self, change: GraphChangeSet, key: SessionKey, before: list[TurnRow], after: list[TurnRow], added: list[TurnRow]) -> None:
         tenant, conv, session = key
@@ -51,18 +53,27 @@ class GraphProjection(Projection[GraphChangeSet]):
         change.adjacency[key] = [
             AdjacencyEdge(a.turn_id, b.turn_id, tenant, conv, session) for a, b in zip(ordered, ordered[1:])
         ]
-        new_entities: dict[str, tuple[str, str]] = {}
         for turn in added:
-            self._turn_nodes(change, turn, self._analysis[turn.turn_id], new_entities)
-        if new_entities:
-            known = self.store.known_entities(tenant, list(new_entities))
-            known |= {e.entity_id for e in change.entities}
-            fresh = [(eid, name, label) for eid, (name, label) in sorted(new_entities.items()) if eid not in known]
-            if fresh:
-                vectors = self.encoder.encode([name for _, name, _ in fresh])
-                change.entities.extend(
-                    EntityNode(eid, tenant, name, label, np.asarray(vec, dtype=np.float32)) for (eid, name, label), vec in zip(fresh, vectors)
-                )
+            mentioned: dict[str, tuple[str, str]] = {}
+            self._turn_nodes(change, turn, self._analysis[turn.turn_id], mentioned)
+            for eid, name_label in mentioned.items():
+                self._new_entities.setdefault((tenant, eid), name_label)
+
+    def finish(self, change: GraphChangeSet) -> None:
+        """Encode the names of entities the graph has never seen, once per step."""
+        by_tenant: dict[str, list[str]] = {}
+        for tenant, eid in self._new_entities:
+            by_tenant.setdefault(tenant, []).append(eid)
+        fresh = []
+        for tenant, eids in sorted(by_tenant.items()):
+            known = self.store.known_entities(tenant, eids)
+            fresh += [(tenant, eid, *self._new_entities[(tenant, eid)]) for eid in sorted(eids) if eid not in known]
+        self._new_entities = {}
+        if fresh:
+            vectors = self.encoder.encode([name for _, _, name, _ in fresh])
+            change.entities.extend(
+                EntityNode(eid, tenant, name, label, np.asarray(vec, dtype=np.float32)) for (tenant, eid, name, label), vec in zip(fresh, vectors)
+            )
 
     def _turn_nodes(self, change: GraphChangeSet, turn: TurnRow, analysis: AnalyzedText, new_entities: dict[str, tuple[str, str]]) -> None:
         counts: Counter[str] = Counter()

@@ -69,8 +69,10 @@ def events(samples: list[dict[str, Any]], tenant_id: str, conversations: set[str
                 m = _DIA.match(dia_id)
                 attachments = ()
                 if t.get("blip_caption"):
-                    url = t.get("img_url")
-                    attachments = (Attachment(kind="image_caption", text=t["blip_caption"], uri=url[0] if isinstance(url, list) and url else None),)
+                    urls = t.get("img_url") if isinstance(t.get("img_url"), list) else []
+                    # Some images are inlined as data: URIs (hundreds of KB): keep links only.
+                    uri = next((u for u in urls if isinstance(u, str) and not u.startswith("data:") and len(u) <= 2048), None)
+                    attachments = (Attachment(kind="image_caption", text=t["blip_caption"], uri=uri),)
                 yield TurnRecorded(
                     event_id=f"{sample_id}:{dia_id}",
                     tenant_id=tenant_id,

@@ -53,6 +53,12 @@ def test_publish_then_read_your_writes(client):
     assert all(v["lag_events"] == 0 for v in views)
 
 
+def test_json_lines_are_accepted(client):
+    body = "\n".join(json.dumps(ev(i)) for i in range(3)) + "\n"
+    r = client.post("/v1/events", content=body.encode(), headers={"content-type": "application/x-ndjson"})
+    assert r.status_code == 200 and r.json()["accepted"] == 3
+
+
 def test_partial_batch_keeps_valid_items_and_names_bad_fields(client):
     items = [ev(0), ev(1, turn_index="x"), ev(2), {**ev(3), "text": "y" * 40_000}, ev(4, occurred_at="yesterday")]
     r = client.post("/v1/events", json=items)
