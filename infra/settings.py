@@ -53,8 +53,8 @@ class NerSettings(BaseSettings):
 
 class HierarchySettings(BaseSettings):
     model_config = _cfg("MEMSTREAM_HIERARCHY_")
-    window_size: int = Field(5, ge=1)
-    window_stride: int = Field(3, ge=1)
+    window_sizes: tuple[int, ...] = Field((3, 5), description="One window level per size (turns).")
+    window_stride: int = Field(1, ge=1)
     episode_block: int = 6
     episode_min_turns: int = 6
     episode_min_similarity: float = 0.08
@@ -63,7 +63,7 @@ class HierarchySettings(BaseSettings):
 
     def policy(self) -> HierarchyPolicy:
         return HierarchyPolicy(
-            window_size=self.window_size, window_stride=min(self.window_stride, self.window_size),
+            window_sizes=tuple(sorted(set(self.window_sizes))), window_stride=min([self.window_stride, *self.window_sizes]),
             episode_block=self.episode_block, episode_min_turns=self.episode_min_turns,
             episode_min_similarity=self.episode_min_similarity, episode_max_gap=timedelta(minutes=self.episode_max_gap_minutes),
         )

@@ -140,6 +140,9 @@ class SqliteViewBase:
             ).fetchone()
         return int(row[0]) if row else 0
 
+    def known_tenant(self, tenant_id: str) -> bool:
+        return self._conn().execute("SELECT 1 FROM turns WHERE tenant_id=? LIMIT 1", (tenant_id,)).fetchone() is not None
+
     def _write_positions(self, c: sqlite3.Connection, positions: Positions) -> None:
         c.executemany(
             "INSERT INTO positions VALUES (?,?) ON CONFLICT(partition) DO UPDATE SET next_offset=excluded.next_offset",

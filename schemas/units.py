@@ -22,8 +22,8 @@ UNIT_KINDS: tuple[UnitKind, ...] = ("turn", "window", "episode")
 class HierarchyPolicy:
     """How a session is cut into windows and episodes (streams/segmentation.py)."""
 
-    window_size: int = 5
-    window_stride: int = 3
+    window_sizes: tuple[int, ...] = (3, 5)  # one window level per size
+    window_stride: int = 1
     episode_block: int = 6
     episode_min_turns: int = 6
     episode_min_similarity: float = 0.08
@@ -42,9 +42,10 @@ def turn_unit_id(tenant_id: str, conversation_id: str, event_id: str) -> str:
     return "t_" + _digest("turn", tenant_id, conversation_id, event_id)
 
 
-def window_unit_id(tenant_id: str, conversation_id: str, session_id: str, start: int) -> str:
-    """Windows are named by their first turn's position, so an open window keeps its id as it grows."""
-    return "w_" + _digest("window", tenant_id, conversation_id, session_id, str(start))
+def window_unit_id(tenant_id: str, conversation_id: str, session_id: str, size: int, start: int) -> str:
+    """Windows are named by their level (size) and first turn's position, so an open window
+    keeps its id as it grows."""
+    return "w_" + _digest("window", tenant_id, conversation_id, session_id, str(size), str(start))
 
 
 def episode_unit_id(tenant_id: str, conversation_id: str, session_id: str, index: int) -> str:
@@ -88,6 +89,7 @@ class TraceUnit(BaseModel):
     model_config = ConfigDict(frozen=True)
     unit_id: str
     kind: UnitKind
+    level: int | None = Field(default=None, description="For windows: the window size (turns) of their level.")
     text: str = Field(description="Composed from the raw turns; windows and episodes prefix each turn with its speaker.")
     provenance: Provenance
     turn_ids: tuple[str, ...] = Field(description="Member turn unit ids in session order.")

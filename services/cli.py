@@ -269,6 +269,28 @@ async def cmd_demo(args) -> int:
     return 0
 
 
+async def cmd_eval(args) -> int:
+    from schemas.query import STRATEGIES
+    from services.eval.locomo import run, table
+
+    strategies = args.strategies.split(",") if args.strategies else list(STRATEGIES)
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise MemstreamError(f"unknown strategies {unknown}; known: {', '.join(STRATEGIES)}")
+    budgets = [int(b) for b in args.budgets.split(",")]
+    settings = _settings(args)
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    report = await run(Path(args.path), conversations=set(args.conversations.split(",")) if args.conversations else None,
+                       strategies=strategies, budgets=budgets, out=Path(args.out) if args.out else None, k=args.k,
+                       data_dir=data_dir, settings=settings, progress=lambda m: print(m, file=sys.stderr))
+    ing = report["ingest"]
+    print(f"LoCoMo: {report['questions']} questions; ingest {ing['turns']} turns in {ing['seconds']}s "
+          f"({ing['turns'] / max(ing['seconds'], 1e-9):.0f} turns/s; model load {ing['model_load_seconds']}s; {ing['llm_tokens']} LLM tokens)")
+    print(table(report, budgets))
+    print(f"reader requests: {report['reader_requests']}; refused outbound connections: {report['refused_connections']}")
+    return 0
+
+
 def cmd_serve(args) -> int:
     import uvicorn
 
@@ -340,6 +362,16 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--conversation")
     s.add_argument("--query", help="probe text for the lexical and dense views")
     s.set_defaults(func=cmd_inspect)
+
+    s = sub.add_parser("eval", help="evaluate retrieval strategies on LoCoMo (evidence recall at turn budgets)")
+    s.add_argument("dataset", choices=["locomo"])
+    s.add_argument("path")
+    s.add_argument("--conversations", help="sample ids, comma-separated (default: all in the file)")
+    s.add_argument("--strategies", help="comma-separated (default: all)")
+    s.add_argument("--budgets", default="10,25")
+    s.add_argument("--k", type=int, default=5, help="primary candidates M(q) before closure")
+    s.add_argument("--out", help="write the JSON report here")
+    s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser("serve", help="run the HTTP API (and, embedded, the projections in-process)")
     s.add_argument("--host")

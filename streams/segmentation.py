@@ -4,10 +4,10 @@ A pure function of the session's set of turns (see schemas.ordering), so every p
 that needs units (hierarchy, lexical, dense) computes identical ones without talking to the
 others, and a replay reproduces them exactly.
 
-Windows: `size` consecutive turns every `stride` turns, named by their first turn's position.
-A window exists at start s once it covers a turn the previous window does not
-(s < n - size + stride); the last one may be short ("open") and grows, keeping its id, as turns
-arrive.
+Windows: one level per configured size; `size` consecutive turns every `stride` turns, named
+by (size, first turn's position). A window exists at start s once it covers a turn the previous
+window does not (s < n - size + stride); a session shorter than `size` has one short ("open")
+window, which grows, keeping its id, as turns arrive.
 
 Episodes: a session is cut into runs of turns where the conversation moves on, TextTiling
 style (Hearst, 1997): at candidate cut points (window starts) compare the content words of
@@ -108,17 +108,19 @@ def session_units(turns: list[TurnRow], policy: HierarchyPolicy) -> list[TraceUn
     units: list[TraceUnit] = []
     for i, t in enumerate(ordered):
         units.append(TraceUnit(unit_id=t.turn_id, kind="turn", text=t.text, provenance=_provenance([t], i), turn_ids=(t.turn_id,)))
-    for s in window_starts(len(ordered), policy.window_size, policy.window_stride):
-        members = ordered[s:s + policy.window_size]
-        units.append(
-            TraceUnit(
-                unit_id=window_unit_id(tenant, conv, session, s),
-                kind="window",
-                text=unit_text(members),
-                provenance=_provenance(members, s),
-                turn_ids=tuple(t.turn_id for t in members),
+    for size in policy.window_sizes:
+        for s in window_starts(len(ordered), size, policy.window_stride):
+            members = ordered[s:s + size]
+            units.append(
+                TraceUnit(
+                    unit_id=window_unit_id(tenant, conv, session, size, s),
+                    kind="window",
+                    level=size,
+                    text=unit_text(members),
+                    provenance=_provenance(members, s),
+                    turn_ids=tuple(t.turn_id for t in members),
+                )
             )
-        )
     for index, (a, b) in enumerate(episode_ranges(ordered, policy)):
         members = ordered[a:b]
         units.append(

@@ -77,6 +77,12 @@ class TantivyLexicalIndex:
     def turns_in_scope(self, forget: Forget):
         return self._ledger.turns_in_scope(forget)
 
+    def conversation_version(self, tenant_id: str, conversation_id: str | None) -> int:
+        return self._ledger.conversation_version(tenant_id, conversation_id)
+
+    def known_tenant(self, tenant_id: str) -> bool:
+        return self._ledger.known_tenant(tenant_id)
+
     # -- writes --------------------------------------------------------------------------
     def apply(self, change: LexicalChangeSet, positions: Positions) -> None:
         with self._lock:

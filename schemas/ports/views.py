@@ -130,6 +130,15 @@ class ViewStore(TurnLedger, Protocol):
         """Positions recorded with the last applied change set ({} for a fresh generation)."""
         ...
 
+    def conversation_version(self, tenant_id: str, conversation_id: str | None) -> int:
+        """A number that changes whenever the conversation's data in this view changes
+        (None: any conversation of the tenant). Query-side caches key on it."""
+        ...
+
+    def known_tenant(self, tenant_id: str) -> bool:
+        """Whether the view holds any turn of the tenant."""
+        ...
+
     def canonical_dump(self) -> dict:
         """A deterministic, JSON-able dump of the whole view, for replay-equality tests."""
         ...

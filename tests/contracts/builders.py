@@ -11,7 +11,7 @@ from schemas.units import HierarchyPolicy, turn_unit_id
 from streams.segmentation import session_units
 
 T0 = datetime(2025, 3, 1, 10, 0, tzinfo=timezone.utc)
-POLICY = HierarchyPolicy(window_size=3, window_stride=2)
+POLICY = HierarchyPolicy(window_sizes=(3,), window_stride=2)
 
 
 def row(i: int, text: str, *, tenant="t1", conv="c1", session="s1", agent="a1", speaker="Ann", partition=0, minutes=None) -> TurnRow:

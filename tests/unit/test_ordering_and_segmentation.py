@@ -36,7 +36,7 @@ def test_windows_cover_every_turn_and_start_on_the_stride_lattice(n):
 
 
 def test_open_window_keeps_its_id_while_it_grows():
-    policy = HierarchyPolicy(window_size=5, window_stride=3)
+    policy = HierarchyPolicy(window_sizes=(5,), window_stride=3)
     rows = [row(i, f"text {i}") for i in range(7)]
     before = {u.unit_id: u for u in session_units(rows[:6], policy) if u.kind == "window"}
     after = {u.unit_id: u for u in session_units(rows, policy) if u.kind == "window"}
@@ -45,7 +45,7 @@ def test_open_window_keeps_its_id_while_it_grows():
 
 
 def test_units_do_not_depend_on_arrival_order():
-    policy = HierarchyPolicy(window_size=4, window_stride=2, episode_min_turns=3, episode_block=3)
+    policy = HierarchyPolicy(window_sizes=(4,), window_stride=2, episode_min_turns=3, episode_block=3)
     rows = [row(i, f"{'cats and dogs' if i < 6 else 'stock markets and bonds'} {i}") for i in range(12)]
     reference = session_units(rows, policy)
     for seed in range(5):
@@ -53,7 +53,7 @@ def test_units_do_not_depend_on_arrival_order():
 
 
 def test_episodes_split_on_time_gaps_and_topic_shifts():
-    policy = HierarchyPolicy(window_size=3, window_stride=3, episode_block=3, episode_min_turns=3, episode_max_gap=timedelta(minutes=30))
+    policy = HierarchyPolicy(window_sizes=(3,), window_stride=3, episode_block=3, episode_min_turns=3, episode_max_gap=timedelta(minutes=30))
     gap = [row(i, "same topic pottery clay", minutes=i if i < 4 else 200 + i) for i in range(8)]
     assert episode_ranges(order_turns(gap), policy) == [(0, 4), (4, 8)]
     topics = [row(i, "pottery clay kiln glaze" if i < 6 else "football match goal referee") for i in range(12)]
@@ -64,7 +64,7 @@ def test_episodes_split_on_time_gaps_and_topic_shifts():
 
 def test_units_carry_full_provenance():
     rows = [row(i, f"t{i}", partition=2) for i in range(5)]
-    window = next(u for u in session_units(rows, HierarchyPolicy(window_size=3, window_stride=2)) if u.kind == "window")
+    window = next(u for u in session_units(rows, HierarchyPolicy(window_sizes=(3,), window_stride=2)) if u.kind == "window")
     p = window.provenance
     assert p.event_ids == ("c1-s1-0", "c1-s1-1", "c1-s1-2")
     assert [(lp.partition, lp.offset) for lp in p.log_positions] == [(2, 0), (2, 1), (2, 2)]
@@ -74,7 +74,7 @@ def test_units_carry_full_provenance():
 
 
 def test_diff_reports_changed_and_vanished_units():
-    policy = HierarchyPolicy(window_size=3, window_stride=2)
+    policy = HierarchyPolicy(window_sizes=(3,), window_stride=2)
     rows = [row(i, f"t{i}") for i in range(6)]
     full, fewer = session_units(rows, policy), session_units(rows[:3], policy)
     upserts, deletes = diff_units(full, fewer)

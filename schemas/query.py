@@ -1,0 +1,88 @@
+"""Search and answer: the query service's request and response contracts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from schemas.events import ID_PATTERN, TENANT_PATTERN
+
+STRATEGIES = (
+    "zero-mem", "graph-only", "hierarchy-only", "no-closure", "no-calibration",
+    "bm25", "dense", "hybrid-rrf", "raw-rag", "pyramid",
+)
+Strategy = Literal[
+    "zero-mem", "graph-only", "hierarchy-only", "no-closure", "no-calibration",
+    "bm25", "dense", "hybrid-rrf", "raw-rag", "pyramid",
+]
+MAX_K = 200
+MAX_TURNS = 500
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    question: str = Field(min_length=1, max_length=4000)
+    tenant_id: str = Field(pattern=TENANT_PATTERN)
+    conversation_id: str | None = Field(default=None, pattern=ID_PATTERN)
+    session_id: str | None = Field(default=None, pattern=ID_PATTERN)
+    agent_id: str | None = Field(default=None, pattern=ID_PATTERN)
+    since: AwareDatetime | None = None
+    until: AwareDatetime | None = None
+    as_of: AwareDatetime | None = Field(default=None, description="The time relative expressions ('last week') refer to; default: the latest turn in the boundary.")
+    strategy: Strategy = "zero-mem"
+    k: int = Field(default=5, ge=1, le=MAX_K, description="Primary candidates M(q) before closure.")
+    max_turns: int = Field(default=25, ge=1, le=MAX_TURNS, description="Evidence budget in distinct turns.")
+
+    @field_validator("question")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be blank")
+        return v
+
+
+class TurnRef(BaseModel):
+    turn_id: str
+    event_id: str
+    source_ref: str | None
+    speaker: str
+    session_id: str
+    occurred_at: datetime
+    partition: int
+    offset: int
+
+
+class Evidence(BaseModel):
+    rank: int
+    unit_id: str
+    kind: str  # turn | window | episode | span
+    role: str  # primary | bridge | neighbour | fill
+    text: str
+    conversation_id: str
+    session_id: str
+    occurred_from: datetime
+    occurred_to: datetime
+    turns: list[TurnRef]
+    scores: dict[str, float] = Field(default_factory=dict)
+
+
+class SearchResponse(BaseModel):
+    strategy: str
+    route: str | None
+    profile: dict[str, Any]
+    evidence: list[Evidence]
+    budget_turns: int
+    backends: dict[str, str]
+    timings_ms: dict[str, float]
+    llm_tokens: int = 0
+    notes: list[str] = Field(default_factory=list)
+
+
+class AnswerResponse(SearchResponse):
+    answer: str
+    reader_answer: str
+    calibration: dict[str, Any]
+    reader_model: str
+    reader_usage: dict[str, int]

@@ -1,0 +1,1 @@
+"""Evaluation harnesses (LoCoMo evidence recall, reader F1/BLEU-1)."""

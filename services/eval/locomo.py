@@ -1,0 +1,167 @@
+"""LoCoMo evaluation: ingest through the log into a fresh data directory, wait until ready, run
+every category 1-4 question with its own conversation as the boundary, for each strategy.
+
+    memstream eval locomo PATH [--conversations ID,…] [--strategies S,…] [--budgets 10,25] --out FILE.json
+
+Rules (category mapping, evidence parsing, recall at a turn budget) are in metrics.py. The
+reader is always the local counting server (zero_tokens.py) — forwarding to a real endpoint when
+one is configured — and outbound connections to anything else are refused, so `llm_tokens` is
+measured, not asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infra.registry import Registry
+from infra.settings import Settings
+from schemas.ports.views import Boundary
+from schemas.query import SearchRequest
+from services.eval.metrics import CATEGORIES, parse_evidence, parse_ref, recall_at
+from services.eval.zero_tokens import CountingReader, refuse_outbound
+from services.runtime import build_pipeline
+from streams.ingest import Publisher
+from streams.sources import locomo
+
+
+@dataclass(frozen=True)
+class Question:
+    conversation: str
+    question: str
+    answer: str
+    category: int
+    gold: frozenset[tuple[int, int]]
+
+
+def questions(samples: list[dict], conversations: set[str] | None) -> list[Question]:
+    out = []
+    for s in samples:
+        if conversations is not None and s["sample_id"] not in conversations:
+            continue
+        for q in s["qa"]:
+            if q.get("category") not in CATEGORIES:
+                continue
+            gold = parse_evidence(q.get("evidence", []))
+            if not gold:
+                continue  # no parseable evidence: skipped (documented rule)
+            out.append(Question(s["sample_id"], q["question"], str(q.get("answer", "")), q["category"], frozenset(gold)))
+    return out
+
+
+async def ingest(settings: Settings, registry: Registry, samples: list[dict], tenant: str, conversations: set[str] | None) -> dict:
+    pipeline = build_pipeline(settings, registry=registry)
+    t0 = time.perf_counter()
+    await pipeline.start()
+    load = time.perf_counter() - t0
+    events = list(locomo.events(samples, tenant, conversations))
+    t_first = time.perf_counter()
+    await Publisher(pipeline.log, settings.log.topic).publish(events)
+    await pipeline.process_until_caught_up()
+    # Ready: every view at the end offset and every unit kind answering for every conversation.
+    for conv in sorted({e.conversation_id for e in events}):
+        b = Boundary(tenant, (conv,))
+        for kind in ("turn", "window", "episode"):
+            assert pipeline.store("hierarchy").list_units(b, kind), f"no {kind}s for {conv}"
+    assert all(s.lag_events == 0 for s in await pipeline.status())
+    seconds = time.perf_counter() - t_first
+    await pipeline.close()
+    return {"turns": len(events), "seconds": round(seconds, 2), "model_load_seconds": round(load, 2)}
+
+
+def summarize(rows: list[tuple[Question, dict[int, float]]], budgets: list[int]) -> dict[str, dict[str, float]]:
+    out = {}
+    for b in budgets:
+        per = {"all": round(statistics.fmean(r[b] for _, r in rows), 4) if rows else 0.0}
+        for cat, name in CATEGORIES.items():
+            vals = [r[b] for q, r in rows if q.category == cat]
+            per[name] = round(statistics.fmean(vals), 4) if vals else 0.0
+        out[f"budget_{b}"] = per
+    return out
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, int(round(p / 100 * (len(s) - 1)))))
+    return s[k]
+
+
+def evaluate_strategy(service, qs: list[Question], strategy: str, budgets: list[int], tenant: str, k: int) -> dict[str, Any]:
+    rows, latencies = [], []
+    budget = max(budgets)
+    for q in qs:
+        req = SearchRequest(question=q.question, tenant_id=tenant, conversation_id=q.conversation, strategy=strategy, k=k, max_turns=budget)
+        t0 = time.perf_counter()
+        resp = service.search(req)
+        latencies.append((time.perf_counter() - t0) * 1000)
+        units = [[f"D{r[0]}:{r[1]}" for r in (parse_ref(t.source_ref) for t in e.turns) if r] for e in resp.evidence]
+        gold = {f"D{s}:{t}" for s, t in q.gold}
+        rows.append((q, {b: recall_at(units, gold, b) for b in budgets}))
+    return {"recall": summarize(rows, budgets),
+            "latency_ms": {"p50": round(percentile(latencies, 50), 2), "p95": round(percentile(latencies, 95), 2)}}
+
+
+def table(report: dict, budgets: list[int]) -> str:
+    cats = ["all", *CATEGORIES.values()]
+    short = {"all": "all", "multi-hop": "multi", "temporal": "temp", "open-domain": "open", "single-hop": "single"}
+    head = f"{'strategy':<15}" + "".join(f"| B={b:<3}" + "".join(f"{short[c]:>7}" for c in cats) + " " for b in budgets) + "| p50 ms  p95 ms  tokens"
+    lines = [head, "-" * len(head)]
+    for name, s in report["strategies"].items():
+        cells = "".join("|      " + "".join(f"{s['recall'][f'budget_{b}'][c]:>7.3f}" for c in cats) + " " for b in budgets)
+        lines.append(f"{name:<15}{cells}| {s['latency_ms']['p50']:>6.1f}  {s['latency_ms']['p95']:>6.1f}  {s['llm_tokens']:>6}")
+    return "\n".join(lines)
+
+
+async def run(path: Path, *, conversations: set[str] | None, strategies: list[str], budgets: list[int], out: Path | None,
+              k: int = 5, data_dir: Path | None = None, settings: Settings | None = None, registry: Registry | None = None,
+              progress=print) -> dict:
+    from services.query.service import QueryService
+    from services.views import LiveViews
+
+    samples = locomo.load(path)
+    tenant = "locomo"
+    data_dir = data_dir or Path(tempfile.mkdtemp(prefix="memstream-eval-"))
+    settings = settings or Settings.load(data_dir=data_dir)
+    settings = settings.model_copy(update={"data_dir": data_dir})
+    registry = registry or Registry(settings)
+    registry.settings = settings
+    registry.data_dir = data_dir
+    reader = CountingReader(upstream=settings.reader.url,
+                            upstream_key=settings.reader.api_key.get_secret_value() if settings.reader.api_key else None).start()
+    allowed = {reader.address}
+    try:
+        with refuse_outbound(allowed) as refused:
+            report: dict[str, Any] = {"dataset": "locomo", "conversations": sorted(conversations) if conversations else None}
+            before = reader.counter.snapshot()
+            report["ingest"] = await ingest(settings, registry, samples, tenant, conversations)
+            ingest_tokens = reader.counter.snapshot()["tokens"] - before["tokens"]
+            qs = questions(samples, conversations)
+            report["questions"] = len(qs)
+            report["ingest"]["llm_tokens"] = ingest_tokens
+            views = LiveViews(registry)
+            service = QueryService(views, registry.encoder())
+            report["strategies"] = {}
+            for name in strategies:
+                t0 = time.perf_counter()
+                before = reader.counter.snapshot()["tokens"]
+                result = await asyncio.to_thread(evaluate_strategy, service, qs, name, budgets, tenant, k)
+                result["llm_tokens"] = reader.counter.snapshot()["tokens"] - before
+                report["strategies"][name] = result
+                progress(f"{name}: {json.dumps(result['recall'])} ({time.perf_counter() - t0:.1f}s)")
+            views.close()
+            report["refused_connections"] = len(refused)
+            report["reader_requests"] = reader.counter.snapshot()["requests"]
+    finally:
+        reader.close()
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+    return report

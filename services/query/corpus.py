@@ -1,0 +1,125 @@
+"""The query side's picture of one boundary: its turns in order and how units contain them.
+
+Built from the hierarchy view (any backend) and cached until that view's generation or the
+conversation's version changes, so a query does array work only. Turn order is the
+conversation order of schemas/ordering.py (sessions by first turn, turns inside a session).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from schemas.ports.views import Boundary
+from schemas.units import TraceUnit
+
+
+@dataclass
+class Level:
+    """Units of one kind (windows of one size, or episodes) and their turn membership."""
+
+    units: list[TraceUnit]
+    index: dict[str, int]
+    membership: sp.csr_matrix  # units x turns, 0/1
+
+    def lift(self, unit_scores: np.ndarray) -> np.ndarray:
+        """Per turn: the best score among the units that contain it (-inf if none)."""
+        n = self.membership.shape[1]
+        out = np.full(n, -np.inf)
+        m = self.membership.tocoo()
+        np.maximum.at(out, m.col, unit_scores[m.row])
+        return out
+
+
+@dataclass
+class Corpus:
+    boundary: Boundary
+    turns: list[TraceUnit]
+    index: dict[str, int]  # turn id -> position in conversation order
+    session: np.ndarray  # session ordinal per turn
+    speaker: list[str]
+    speakers: list[str]  # distinct speaker names in the boundary
+    occurred: list  # datetime per turn
+    windows: dict[int, Level]  # by window size
+    episodes: Level
+    by_unit: dict[str, TraceUnit] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.turns)
+
+    def neighbours(self, i: int, r: int) -> list[int]:
+        """Positions of turns within r of turn i in the same session."""
+        lo, hi = max(0, i - r), min(self.n - 1, i + r)
+        return [j for j in range(lo, hi + 1) if self.session[j] == self.session[i]]
+
+    def unit(self, unit_id: str) -> TraceUnit | None:
+        return self.by_unit.get(unit_id)
+
+
+def _level(units: list[TraceUnit], index: dict[str, int], n: int) -> Level:
+    rows, cols = [], []
+    for k, u in enumerate(units):
+        for t in u.turn_ids:
+            j = index.get(t)
+            if j is not None:
+                rows.append(k)
+                cols.append(j)
+    m = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(units), n))
+    return Level(units, {u.unit_id: k for k, u in enumerate(units)}, m)
+
+
+def build_corpus(units_store, boundary: Boundary) -> Corpus:
+    turns = units_store.list_units(boundary, "turn")
+    index = {u.unit_id: i for i, u in enumerate(turns)}
+    session_ord: dict[tuple[str, str], int] = {}
+    sessions = []
+    for u in turns:
+        key = (u.provenance.conversation_id, u.provenance.session_id)
+        sessions.append(session_ord.setdefault(key, len(session_ord)))
+    windows_all = units_store.list_units(boundary, "window")
+    by_size: dict[int, list[TraceUnit]] = {}
+    for w in windows_all:
+        by_size.setdefault(_window_size(w), []).append(w)
+    episodes = units_store.list_units(boundary, "episode")
+    speaker = [u.provenance.speakers[0] for u in turns]
+    corpus = Corpus(
+        boundary=boundary, turns=turns, index=index, session=np.array(sessions, dtype=int), speaker=speaker,
+        speakers=list(dict.fromkeys(speaker)), occurred=[u.provenance.occurred_from for u in turns],
+        windows={size: _level(ws, index, len(turns)) for size, ws in sorted(by_size.items())},
+        episodes=_level(episodes, index, len(turns)),
+    )
+    corpus.by_unit = {u.unit_id: u for u in (*turns, *windows_all, *episodes)}
+    return corpus
+
+
+def _window_size(w: TraceUnit) -> int:
+    # A short session's window belongs to the level it was cut for, whatever its length.
+    return w.level or len(w.turn_ids)
+
+
+class CorpusCache:
+    def __init__(self, size: int = 64):
+        self._items: OrderedDict[tuple, tuple[tuple, Corpus]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._size = size
+
+    def get(self, units_store, boundary: Boundary) -> Corpus:
+        convs = boundary.conversation_ids or (None,)
+        version = (units_store.generation, *(units_store.conversation_version(boundary.tenant_id, c) for c in convs))
+        key = (boundary, id(units_store))
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None and hit[0] == version:
+                self._items.move_to_end(key)
+                return hit[1]
+        corpus = build_corpus(units_store, boundary)
+        with self._lock:
+            self._items[key] = (version, corpus)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return corpus

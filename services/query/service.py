@@ -1,0 +1,109 @@
+"""The query service: request -> boundary -> corpus -> strategy -> evidence within the budget.
+
+Evidence assembly is the same for every strategy: units in rank order, each contributing its
+turns in time order, until `max_turns` distinct turns (the last unit may be cut). Every evidence
+item carries its turns' event ids and log positions.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from schemas.errors import BadRequest, NotFound
+from schemas.ports.views import Boundary
+from schemas.query import Evidence, SearchRequest, SearchResponse, TurnRef
+from services.query import baselines
+from services.query.context import Candidate, QueryContext, Ranking
+from services.query.corpus import Corpus, CorpusCache
+
+StrategyFn = Callable[[QueryContext], Ranking]
+
+
+class QueryService:
+    def __init__(self, views, encoder, strategies: dict[str, StrategyFn] | None = None):
+        self.views = views
+        self.encoder = encoder
+        self.corpora = CorpusCache()
+        self.strategies: dict[str, StrategyFn] = strategies or default_strategies()
+
+    def boundary(self, r: SearchRequest) -> Boundary:
+        if r.since and r.until and r.since > r.until:
+            raise BadRequest("'since' is after 'until'")
+        return Boundary(
+            tenant_id=r.tenant_id,
+            conversation_ids=(r.conversation_id,) if r.conversation_id else None,
+            session_ids=(r.session_id,) if r.session_id else None,
+            agent_ids=(r.agent_id,) if r.agent_id else None,
+            since=r.since,
+            until=r.until,
+        )
+
+    def search(self, request: SearchRequest) -> SearchResponse:
+        t0 = time.perf_counter()
+        strategy = self.strategies.get(request.strategy)
+        if strategy is None:
+            raise BadRequest(f"strategy {request.strategy!r} is not available; available: {', '.join(self.strategies)}")
+        boundary = self.boundary(request)
+        units = self.views.store("hierarchy")
+        if not units.known_tenant(request.tenant_id):
+            raise NotFound(f"unknown tenant {request.tenant_id!r}: no events have been processed for it")
+        corpus = self.corpora.get(units, boundary)
+        ctx = QueryContext(request, boundary, corpus, self.views, self.encoder)
+        ctx.timings["corpus"] = (time.perf_counter() - t0) * 1000
+        ctx.backends["hierarchy"] = units.backend
+        if corpus.n == 0:
+            ranking = Ranking([], notes=["the boundary holds no turns"])
+        else:
+            ranking = strategy(ctx)
+        with ctx.timed("evidence"):
+            evidence = assemble(corpus, ranking.candidates, request.max_turns)
+        ctx.timings["total"] = (time.perf_counter() - t0) * 1000
+        return SearchResponse(
+            strategy=request.strategy, route=ranking.route, profile=getattr(ctx, "profile_dict", {}), evidence=evidence,
+            budget_turns=request.max_turns, backends=ctx.backends, timings_ms={k: round(v, 3) for k, v in ctx.timings.items()},
+            llm_tokens=0, notes=ranking.notes,
+        )
+
+
+def default_strategies() -> dict[str, StrategyFn]:
+    return {
+        "bm25": baselines.bm25,
+        "dense": baselines.dense,
+        "hybrid-rrf": baselines.hybrid_rrf,
+        "raw-rag": baselines.RawRag(),
+        "pyramid": baselines.pyramid,
+    }
+
+
+def assemble(corpus: Corpus, candidates: list[Candidate], budget: int) -> list[Evidence]:
+    out: list[Evidence] = []
+    taken: set[int] = set()
+    for c in candidates:
+        if len(taken) >= budget:
+            break
+        new = [i for i in sorted(c.turns) if i not in taken]
+        if not new:
+            continue
+        room = budget - len(taken)
+        counted = new[:room]
+        taken.update(counted)
+        turns = [corpus.turns[i] for i in sorted(counted)]
+        unit = corpus.unit(c.unit_id)
+        whole = unit is not None and len(counted) == len(c.turns)
+        text = unit.text if whole else "\n".join(f"{t.provenance.speakers[0]}: {t.text}" for t in turns)
+        out.append(
+            Evidence(
+                rank=len(out) + 1, unit_id=c.unit_id, kind=c.kind, role=c.role, text=text,
+                conversation_id=turns[0].provenance.conversation_id, session_id=turns[0].provenance.session_id,
+                occurred_from=min(t.provenance.occurred_from for t in turns), occurred_to=max(t.provenance.occurred_to for t in turns),
+                turns=[
+                    TurnRef(turn_id=t.unit_id, event_id=t.provenance.event_ids[0], source_ref=(t.provenance.source_refs or (None,))[0],
+                            speaker=t.provenance.speakers[0], session_id=t.provenance.session_id, occurred_at=t.provenance.occurred_from,
+                            partition=t.provenance.log_positions[0].partition, offset=t.provenance.log_positions[0].offset)
+                    for t in turns
+                ],
+                scores={k: round(v, 6) for k, v in c.scores.items()},
+            )
+        )
+    return out
