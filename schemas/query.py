@@ -45,6 +45,7 @@ class SearchRequest(BaseModel):
 
 class TurnRef(BaseModel):
     turn_id: str
+    text: str
     event_id: str
     source_ref: str | None
     speaker: str

@@ -28,6 +28,7 @@ from infra.registry import Registry
 from infra.settings import Settings
 from schemas.errors import BadRequest, MemstreamError
 from schemas.events import Event
+from schemas.query import AnswerResponse, SearchRequest, SearchResponse
 from services.runtime import build_pipeline
 from services.views import LiveViews
 from streams.ingest import Publisher
@@ -48,8 +49,25 @@ class State:
     pipeline: Any
     views: LiveViews
     publisher: Publisher
+    query: Any
+    reader: Any = None
     runner_task: asyncio.Task | None = None
     stop: asyncio.Event
+
+
+def build_query_service(settings: Settings, registry: Registry, views: LiveViews):
+    from services.query.service import QueryService
+
+    return QueryService(views, registry.encoder(), extractor=registry.extractor())
+
+
+def build_reader(settings: Settings):
+    if not settings.reader.url:
+        return None
+    from infra.reader.openai import OpenAICompatibleReader
+
+    key = settings.reader.api_key.get_secret_value() if settings.reader.api_key else None
+    return OpenAICompatibleReader(settings.reader.url, settings.reader.model, key, settings.reader.timeout_seconds)
 
 
 def create_app(settings: Settings, *, process: bool = True, registry: Registry | None = None) -> FastAPI:
@@ -67,6 +85,9 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
             await state.pipeline.start_log()
         state.views = LiveViews(registry)
         state.publisher = Publisher(state.pipeline.log, settings.log.topic)
+        state.query = build_query_service(settings, registry, state.views)
+        await asyncio.to_thread(state.query.start)
+        state.reader = build_reader(settings)
         try:
             yield
         finally:
@@ -74,6 +95,8 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
                 state.stop.set()
                 await state.runner_task
             state.views.close()
+            if state.reader is not None:
+                state.reader.close()
             await state.pipeline.close()
 
     app = FastAPI(title="memstream", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
@@ -139,6 +162,17 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
         if not done:
             return JSONResponse(error_body("timeout", f"views did not reach the positions within {req.timeout_seconds}s"), status_code=504)
         return {"caught_up": True}
+
+    # -- query -------------------------------------------------------------------------------
+    @app.post("/v1/search", response_model=SearchResponse, summary="Evidence for a question (zero LLM tokens)")
+    async def post_search(req: SearchRequest):
+        return await asyncio.to_thread(state.query.search, req)
+
+    @app.post("/v1/answer", response_model=AnswerResponse, summary="Evidence, then the reader's calibrated answer (one LLM call)")
+    async def post_answer(req: SearchRequest):
+        from services.query.answering import answer
+
+        return await asyncio.to_thread(answer, state.query, state.reader, req)
 
     # -- operations --------------------------------------------------------------------------
     @app.get("/v1/status", summary="Each view's generation, positions, end offsets and lag")

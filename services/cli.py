@@ -269,6 +269,62 @@ async def cmd_demo(args) -> int:
     return 0
 
 
+def _search_request(args):
+    from datetime import datetime
+
+    from schemas.query import SearchRequest
+
+    def when(v):
+        return datetime.fromisoformat(v.replace("Z", "+00:00")) if v else None
+
+    return SearchRequest(question=args.question, tenant_id=args.tenant, conversation_id=args.conversation, agent_id=args.agent,
+                         session_id=args.session, since=when(args.since), until=when(args.until), as_of=when(args.as_of),
+                         strategy=args.strategy, k=args.k, max_turns=args.max_turns)
+
+
+def cmd_search(args) -> int:
+    from pydantic import ValidationError
+
+    from infra.registry import Registry
+    from services.api import build_query_service, build_reader
+    from services.views import LiveViews
+
+    settings = _settings(args)
+    try:
+        request = _search_request(args)
+    except ValidationError as exc:
+        raise MemstreamError("invalid search: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+    registry = Registry(settings)
+    views = LiveViews(registry)
+    service = build_query_service(settings, registry, views)
+    service.start()
+    try:
+        if args.answer:
+            from services.query.answering import answer
+
+            reader = build_reader(settings)
+            result = answer(service, reader, request)
+        else:
+            result = service.search(request)
+    finally:
+        views.close()
+    if args.json:
+        print(result.model_dump_json(indent=2))
+        return 0
+    print(f"strategy {result.strategy}  route {result.route or '-'}  {len(result.evidence)} units, "
+          f"{sum(len(e.turns) for e in result.evidence)} turns  total {result.timings_ms.get('total', 0):.1f} ms  LLM tokens {result.llm_tokens}")
+    if result.profile:
+        print(f"profile: {json.dumps(result.profile)}")
+    for e in result.evidence:
+        refs = ", ".join(f"{t.source_ref or t.event_id}@p{t.partition}:{t.offset}" for t in e.turns)
+        print(f"{e.rank:>3}. [{e.role}] {e.kind} {e.session_id} {e.occurred_from:%Y-%m-%d}  ({refs})")
+        for line in e.text.splitlines()[:6]:
+            print(f"       {line[:160]}")
+    if getattr(result, "answer", None) is not None:
+        print(f"\nanswer: {result.answer}   (reader said: {result.reader_answer!r}; calibration: {result.calibration.get('action')})")
+    return 0
+
+
 async def cmd_eval(args) -> int:
     from schemas.query import STRATEGIES
     from services.eval.locomo import run, table
@@ -362,6 +418,22 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--conversation")
     s.add_argument("--query", help="probe text for the lexical and dense views")
     s.set_defaults(func=cmd_inspect)
+
+    s = sub.add_parser("search", help="evidence for a question, with provenance (zero LLM tokens)")
+    s.add_argument("question")
+    s.add_argument("--tenant", required=True)
+    s.add_argument("--conversation")
+    s.add_argument("--agent")
+    s.add_argument("--session")
+    s.add_argument("--since", help="ISO time")
+    s.add_argument("--until", help="ISO time")
+    s.add_argument("--as-of", help="ISO time that relative expressions refer to")
+    s.add_argument("--strategy", default="zero-mem")
+    s.add_argument("--k", type=int, default=5, help="primary candidates M(q) before closure")
+    s.add_argument("--max-turns", type=int, default=25, help="evidence budget in turns")
+    s.add_argument("--answer", action="store_true", help="also ask the configured reader (MEMSTREAM_READER_URL)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_search)
 
     s = sub.add_parser("eval", help="evaluate retrieval strategies on LoCoMo (evidence recall at turn budgets)")
     s.add_argument("dataset", choices=["locomo"])

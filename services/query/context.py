@@ -42,7 +42,8 @@ class Ranking:
 
 
 class QueryContext:
-    def __init__(self, request: SearchRequest, boundary: Boundary, corpus: Corpus, views, encoder):
+    def __init__(self, request: SearchRequest, boundary: Boundary, corpus: Corpus, views, encoder, extractor=None):
+        self.extractor = extractor
         self.request = request
         self.boundary = boundary
         self.corpus = corpus

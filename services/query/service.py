@@ -21,11 +21,18 @@ StrategyFn = Callable[[QueryContext], Ranking]
 
 
 class QueryService:
-    def __init__(self, views, encoder, strategies: dict[str, StrategyFn] | None = None):
+    def __init__(self, views, encoder, extractor=None, strategies: dict[str, StrategyFn] | None = None):
         self.views = views
         self.encoder = encoder
+        self.extractor = extractor
         self.corpora = CorpusCache()
         self.strategies: dict[str, StrategyFn] = strategies or default_strategies()
+
+    def start(self) -> None:
+        """Load the models (explicitly, not in the constructor)."""
+        self.encoder.start()
+        if self.extractor is not None:
+            self.extractor.start()
 
     def boundary(self, r: SearchRequest) -> Boundary:
         if r.since and r.until and r.since > r.until:
@@ -49,7 +56,7 @@ class QueryService:
         if not units.known_tenant(request.tenant_id):
             raise NotFound(f"unknown tenant {request.tenant_id!r}: no events have been processed for it")
         corpus = self.corpora.get(units, boundary)
-        ctx = QueryContext(request, boundary, corpus, self.views, self.encoder)
+        ctx = QueryContext(request, boundary, corpus, self.views, self.encoder, self.extractor)
         ctx.timings["corpus"] = (time.perf_counter() - t0) * 1000
         ctx.backends["hierarchy"] = units.backend
         if corpus.n == 0:
@@ -98,7 +105,7 @@ def assemble(corpus: Corpus, candidates: list[Candidate], budget: int) -> list[E
                 conversation_id=turns[0].provenance.conversation_id, session_id=turns[0].provenance.session_id,
                 occurred_from=min(t.provenance.occurred_from for t in turns), occurred_to=max(t.provenance.occurred_to for t in turns),
                 turns=[
-                    TurnRef(turn_id=t.unit_id, event_id=t.provenance.event_ids[0], source_ref=(t.provenance.source_refs or (None,))[0],
+                    TurnRef(turn_id=t.unit_id, text=t.text, event_id=t.provenance.event_ids[0], source_ref=(t.provenance.source_refs or (None,))[0],
                             speaker=t.provenance.speakers[0], session_id=t.provenance.session_id, occurred_at=t.provenance.occurred_from,
                             partition=t.provenance.log_positions[0].partition, offset=t.provenance.log_positions[0].offset)
                     for t in turns
