@@ -114,7 +114,7 @@ async def add_to_ready(path: Path, batch_size: int) -> dict:
             for kind in ("turn", "window", "episode", "sentence"):
                 assert pipeline.store("dense").search(kind, qv, b, 1)
             graph = pipeline.store("graph")
-            match = graph.align_entities(b, qv[None, :], 1)[0]
+            match = graph.align_entities(b, ["talk"], qv[None, :], 1)[0]
             assert match and graph.personalized_pagerank(b, {match[0].entity_id: 1.0}, 0.6)
         ready = time.perf_counter() - t_start
         statuses = await pipeline.status()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 
 # A sentence ends at . ! ? (possibly repeated, possibly followed by closing quotes/brackets)
 # when whitespace follows. Common abbreviations do not end sentences.
@@ -65,3 +66,48 @@ def normalize_entity(name: str) -> str:
 def words(text: str) -> list[str]:
     """Lower-cased word tokens (letters/digits, keeping inner apostrophes)."""
     return [w.lower() for w in _WORD.findall(text)]
+
+
+# -- lexical analysis shared by keyword graph nodes and the query side --------------------------
+# Lower-case words of two or more characters, Lucene's English stop words (via bm25s), Snowball
+# English stems (PyStemmer) — the same analysis as the lexical index's en_stem tokenizer.
+TOKEN = re.compile(r"(?u)\b\w\w+\b")
+
+
+@lru_cache(maxsize=1)
+def _stop_words() -> frozenset[str]:
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return frozenset(STOPWORDS_EN)
+
+
+@lru_cache(maxsize=1)
+def _stemmer():
+    import Stemmer
+
+    return Stemmer.Stemmer("english")
+
+
+def stop_words() -> frozenset[str]:
+    return _stop_words()
+
+
+def stem(words: list[str]) -> list[str]:
+    return _stemmer().stemWords(words)
+
+
+def tokens(text: str, *, stemmed: bool = True, drop_stop: bool = True) -> list[str]:
+    toks = TOKEN.findall(text.lower())
+    if drop_stop:
+        stops = _stop_words()
+        toks = [t for t in toks if t not in stops]
+    return stem(toks) if stemmed else toks
+
+
+def content_words(text: str) -> list[tuple[int, int, str, str]]:
+    """(start, end, word, stem) of every non-stop word of two or more characters."""
+    stops = _stop_words()
+    found = [(m.start(), m.end(), m.group(0).lower()) for m in TOKEN.finditer(text)]
+    found = [f for f in found if f[2] not in stops]
+    stems = stem([f[2] for f in found])
+    return [(a, b, w, s) for (a, b, w), s in zip(found, stems)]

@@ -51,14 +51,16 @@ class _Snapshot:
     entities: list[str]
     entity_names: list[str]
     entity_labels: list[str]
-    entity_vectors: np.ndarray
+    named: list[int]  # positions (in `entities`) of entities that carry a vector (not keywords)
+    named_vectors: np.ndarray
     index: dict[str, int]
     mention_matrix: sp.csr_matrix  # contexts x entities, eq. 4 weights
     adjacency: sp.csr_matrix  # contexts x contexts, symmetric 0/1
     sentences: list[CoSentence]
     sentences_by_entity: dict[str, list[int]] = field(default_factory=dict)
     context_entities: dict[str, set[str]] = field(default_factory=dict)
-    transitions: dict[float, sp.csr_matrix] = field(default_factory=dict)
+    context_mentions: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    transitions: dict[tuple, sp.csr_matrix] = field(default_factory=dict)
 
 
 class SqliteGraphStore(SqliteViewBase):
@@ -153,14 +155,18 @@ class SqliteGraphStore(SqliteViewBase):
             if r[0] in ctx_index
         ]
         node_mentions = [m for m in mentions if m[3] in NODE_KINDS]
-        entity_ids = sorted({m[1] for m in node_mentions})
+        entity_ids = sorted({m[1] for m in mentions})
         ent_rows = {}
         for chunk in _chunks(entity_ids, 500):
             for eid, name, label, vec in conn.execute(
                 f"SELECT entity_id, name, label, vector FROM entities WHERE entity_id IN ({','.join('?' * len(chunk))})", chunk
             ).fetchall():
                 ent_rows[eid] = (name, label, np.frombuffer(vec, dtype=np.float32))
-        entity_ids = [e for e in entity_ids if e in ent_rows]
+        labels: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for cid, eid, _, _ in sorted(mentions):
+            if eid in ent_rows:
+                labels[cid].append((ent_rows[eid][0], ent_rows[eid][1]))
+        entity_ids = sorted({m[1] for m in node_mentions if m[1] in ent_rows})
         ent_index = {eid: i for i, eid in enumerate(entity_ids)}
         rows, cols, vals = [], [], []
         for cid, eid, w, kind in node_mentions:
@@ -190,25 +196,43 @@ class SqliteGraphStore(SqliteViewBase):
         for cid, eid, _, _ in node_mentions:
             ctx_entities[cid].add(eid)
         index = {**ctx_index, **{eid: len(contexts) + i for i, eid in enumerate(entity_ids)}}
-        vectors = np.stack([ent_rows[e][2] for e in entity_ids]) if entity_ids else np.zeros((0, 0), np.float32)
+        named = [i for i, e in enumerate(entity_ids) if len(ent_rows[e][2])]
+        vectors = np.stack([ent_rows[entity_ids[i]][2] for i in named]) if named else np.zeros((0, 0), np.float32)
         return _Snapshot(
             contexts=contexts, context_rows={t.turn_id: t for t in turns}, entities=entity_ids,
             entity_names=[ent_rows[e][0] for e in entity_ids], entity_labels=[ent_rows[e][1] for e in entity_ids],
-            entity_vectors=vectors, index=index, mention_matrix=mm, adjacency=adj, sentences=sentences,
-            sentences_by_entity=dict(by_entity), context_entities=dict(ctx_entities),
+            named=named, named_vectors=vectors, index=index, mention_matrix=mm, adjacency=adj, sentences=sentences,
+            sentences_by_entity=dict(by_entity), context_entities=dict(ctx_entities), context_mentions=dict(labels),
         )
 
-    def align_entities(self, boundary: Boundary, vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
+    def align_entities(self, boundary: Boundary, names: list[str], vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
+        from schemas.units import entity_id
+
         snap = self._snapshot(boundary)
-        q = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
-        if not snap.entities or q.shape[0] == 0:
-            return [[] for _ in range(q.shape[0])]
-        scores = q @ snap.entity_vectors.T
-        out = []
-        for row in scores:
-            top = np.argsort(-row, kind="stable")[:k]
-            out.append([EntityMatch(snap.entities[i], snap.entity_names[i], snap.entity_labels[i], float(row[i])) for i in top])
+        q = np.atleast_2d(np.asarray(vectors, dtype=np.float32)) if len(names) else np.zeros((0, 0), np.float32)
+        out: list[list[EntityMatch]] = []
+        for i, name in enumerate(names):
+            exact = entity_id(boundary.tenant_id, name)
+            j = snap.index.get(exact)
+            if j is not None:
+                e = j - len(snap.contexts)
+                out.append([EntityMatch(exact, snap.entity_names[e], snap.entity_labels[e], 1.0)])
+                continue
+            if not snap.named or q.shape[0] <= i:
+                out.append([])
+                continue
+            scores = snap.named_vectors @ q[i]
+            top = np.argsort(-scores, kind="stable")[:k]
+            out.append([EntityMatch(snap.entities[snap.named[t]], snap.entity_names[snap.named[t]], snap.entity_labels[snap.named[t]],
+                                    float(scores[t])) for t in top])
         return out
+
+    def present(self, boundary: Boundary, entity_ids: list[str]) -> set[str]:
+        snap = self._snapshot(boundary)
+        return {e for e in entity_ids if e in snap.index and snap.index[e] >= len(snap.contexts)}
+
+    def context_mentions(self, boundary: Boundary) -> dict[str, list[tuple[str, str]]]:
+        return self._snapshot(boundary).context_mentions
 
     def co_sentences(self, boundary: Boundary, entity_ids: list[str]) -> list[CoSentence]:
         snap = self._snapshot(boundary)
@@ -226,8 +250,8 @@ class SqliteGraphStore(SqliteViewBase):
                 out[cid].add(eid)
         return dict(out)
 
-    def personalized_pagerank(self, boundary: Boundary, reset: dict[str, float], damping: float, *, max_iterations: int = 50,
-                              tolerance: float = 1e-7, adjacency_weight: float = 1.0) -> dict[str, float]:
+    def personalized_pagerank(self, boundary: Boundary, reset: dict[str, float], damping: float, *, adjacency_weight: float = 1.0,
+                              exclude_labels: tuple[str, ...] = (), max_iterations: int = 50, tolerance: float = 1e-7) -> dict[str, float]:
         snap = self._snapshot(boundary)
         n = len(snap.index)
         r = np.zeros(n)
@@ -238,7 +262,7 @@ class SqliteGraphStore(SqliteViewBase):
         if n == 0 or r.sum() <= 0:
             return {}
         r /= r.sum()
-        P = self._transitions(snap, adjacency_weight)
+        P = self._transitions(snap, adjacency_weight, tuple(sorted(exclude_labels)))
         PT = P.T.tocsr()
         dangling = np.asarray(P.sum(axis=1)).ravel() == 0
         pi = r.copy()
@@ -251,16 +275,25 @@ class SqliteGraphStore(SqliteViewBase):
         return {cid: float(pi[i]) for i, cid in enumerate(snap.contexts)}
 
     @staticmethod
-    def _transitions(snap: _Snapshot, adjacency_weight: float) -> sp.csr_matrix:
-        P = snap.transitions.get(adjacency_weight)
+    def _transitions(snap: _Snapshot, adjacency_weight: float, exclude_labels: tuple[str, ...]) -> sp.csr_matrix:
+        key = (adjacency_weight, exclude_labels)
+        P = snap.transitions.get(key)
         if P is None:
             nc = len(snap.contexts)
-            A = sp.bmat([[adjacency_weight * snap.adjacency, snap.mention_matrix], [snap.mention_matrix.T, None]], format="csr",
-                        dtype=np.float64) if nc else sp.csr_matrix((0, 0))
+            mm = snap.mention_matrix
+            if exclude_labels:
+                keep = np.array([lab not in exclude_labels for lab in snap.entity_labels], dtype=float)
+                mm = mm @ sp.diags(keep)
+            if not nc:
+                A = sp.csr_matrix((0, 0))
+            elif mm.shape[1] == 0:
+                A = (adjacency_weight * snap.adjacency).tocsr()
+            else:
+                A = sp.bmat([[adjacency_weight * snap.adjacency, mm], [mm.T, None]], format="csr", dtype=np.float64)
             deg = np.asarray(A.sum(axis=1)).ravel()
             inv = np.divide(1.0, deg, out=np.zeros_like(deg), where=deg > 0)
             P = sp.diags(inv) @ A
-            snap.transitions[adjacency_weight] = P.tocsr()
+            snap.transitions[key] = P.tocsr()
         return P
 
     def canonical_dump(self) -> dict:

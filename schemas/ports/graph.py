@@ -89,8 +89,19 @@ class GraphStore(ViewStore, Protocol):
 
     def known_entities(self, tenant_id: str, entity_ids: list[str]) -> set[str]: ...
 
-    def align_entities(self, boundary: Boundary, vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
-        """For each query vector, the k most similar entities mentioned inside the boundary (eq. 8)."""
+    def align_entities(self, boundary: Boundary, names: list[str], vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
+        """Eq. 8, for each query entity (normalised name + vector): an entity of that exact name
+        mentioned inside the boundary (score 1.0), else the k named entities of the boundary
+        most similar by cosine. Keyword nodes take part only through exact names."""
+        ...
+
+    def present(self, boundary: Boundary, entity_ids: list[str]) -> set[str]:
+        """The given entities that are mentioned inside the boundary."""
+        ...
+
+    def context_mentions(self, boundary: Boundary) -> dict[str, list[tuple[str, str]]]:
+        """Per context (turn id) the (name, label) of the entities and values it mentions
+        (PERSON, DATE, CARDINAL, SPEAKER, KEYWORD…), for answer-type compatibility."""
         ...
 
     def co_sentences(self, boundary: Boundary, entity_ids: list[str]) -> list[CoSentence]:
@@ -100,9 +111,12 @@ class GraphStore(ViewStore, Protocol):
     def context_entities(self, tenant_id: str, context_ids: list[str]) -> dict[str, set[str]]: ...
 
     def personalized_pagerank(
-        self, boundary: Boundary, reset: dict[str, float], damping: float, *, max_iterations: int = 50, tolerance: float = 1e-7
+        self, boundary: Boundary, reset: dict[str, float], damping: float, *, adjacency_weight: float = 1.0,
+        exclude_labels: tuple[str, ...] = (), max_iterations: int = 50, tolerance: float = 1e-7,
     ) -> dict[str, float]:
         """PPR over the boundary's graph: pi = (1-damping)*r + damping * P^T pi, with r the
-        normalised `reset` (node id -> mass; unknown ids ignored). Returns scores of context
-        nodes (turn ids). An empty reset returns {}."""
+        normalised `reset` (node id -> mass; ids outside the boundary ignored) and P the
+        row-normalised weights: eq. 4 weights on entity–context edges, `adjacency_weight` on
+        turn–turn edges. Entities whose label is in `exclude_labels` (e.g. SPEAKER) are left out.
+        Returns scores of context nodes (turn ids); an empty reset returns {}."""
         ...

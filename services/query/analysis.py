@@ -1,41 +1,24 @@
-"""Query-side text analysis, matching the lexical index's (tantivy en_stem: lower-case, Snowball
-English stemming). Stop words are Lucene's English list (via bm25s); question words are dropped
-from keywords because every question has them."""
+"""Query-side text analysis: the shared analysis of schemas/text.py, plus question words,
+which are dropped from keywords because every question has them."""
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
+from schemas.text import TOKEN, stem, stop_words, tokens
 
-from bm25s.stopwords import STOPWORDS_EN
-
-_TOKEN = re.compile(r"(?u)\b\w\w+\b")
-STOP_WORDS = frozenset(STOPWORDS_EN)
 QUESTION_WORDS = frozenset({
     "when", "what", "who", "whom", "whose", "where", "which", "why", "how", "did", "does", "do", "is", "are", "was",
     "were", "has", "have", "had", "would", "could", "can", "will", "should", "might", "may",
 })
 
-
-@lru_cache(maxsize=1)
-def _stemmer():
-    import Stemmer
-
-    return Stemmer.Stemmer("english")
+__all__ = ["QUESTION_WORDS", "TOKEN", "keywords", "keyword_words", "stem", "stop_words", "tokens"]
 
 
-def tokens(text: str, *, stem: bool = True, drop_stop: bool = True) -> list[str]:
-    toks = _TOKEN.findall(text.lower())
-    if drop_stop:
-        toks = [t for t in toks if t not in STOP_WORDS]
-    return _stemmer().stemWords(toks) if stem else toks
+def keyword_words(question: str) -> list[str]:
+    """Content words of a question (unstemmed), in order, without question words."""
+    stops = stop_words()
+    return [t for t in TOKEN.findall(question.lower()) if t not in stops and t not in QUESTION_WORDS]
 
 
 def keywords(question: str) -> list[str]:
-    """Content keywords of a question (stemmed), in order, without question words."""
-    raw = [t for t in _TOKEN.findall(question.lower()) if t not in STOP_WORDS and t not in QUESTION_WORDS]
-    return _stemmer().stemWords(raw)
-
-
-def stem(words: list[str]) -> list[str]:
-    return _stemmer().stemWords(words)
+    """Stemmed content words of a question."""
+    return stem(keyword_words(question))

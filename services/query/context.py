@@ -19,7 +19,7 @@ import numpy as np
 
 from schemas.ports.views import Boundary
 from schemas.query import SearchRequest
-from services.query.analysis import QUESTION_WORDS, STOP_WORDS, _TOKEN
+from services.query.analysis import keyword_words
 from services.query.corpus import Corpus, Level
 
 
@@ -74,8 +74,7 @@ class QueryContext:
     @cached_property
     def lexical_query(self) -> str:
         """The question's content words, for the BM25 engine (which stems them itself)."""
-        words = [w for w in _TOKEN.findall(self.request.question.lower()) if w not in STOP_WORDS and w not in QUESTION_WORDS]
-        return " ".join(words)
+        return " ".join(keyword_words(self.request.question))
 
     # -- raw signals, aligned to corpus order ----------------------------------------------
     def _units(self, kind: str, level: int | None) -> tuple[list, dict[str, int]]:

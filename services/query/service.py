@@ -74,7 +74,10 @@ class QueryService:
 
 
 def default_strategies() -> dict[str, StrategyFn]:
+    from services.query import zeromem
+
     return {
+        **{mode: zeromem.strategy(mode) for mode in zeromem.MODES},
         "bm25": baselines.bm25,
         "dense": baselines.dense,
         "hybrid-rrf": baselines.hybrid_rrf,

@@ -9,6 +9,7 @@ import pytest
 from schemas.events import ForgetScope
 from schemas.ports.graph import AdjacencyEdge, EntityNode, GraphChangeSet, Mention, SentenceNode
 from schemas.ports.views import Boundary, Forget
+from schemas.units import entity_id
 from tests.contracts.builders import row, unit_vector
 
 pytestmark = pytest.mark.contract
@@ -31,15 +32,20 @@ def store(request, tmp_path):
 
 
 # Four turns in c1: Ann talks about Paris and Bob; Bob about Paris; a turn about Rome; plus c2.
-MENTIONS = {0: ["ann", "paris", "bob"], 1: ["bob", "paris"], 2: ["rome"], 3: ["ann"]}
+MENTIONS = {0: ["ann", "paris", "bob"], 1: ["bob", "paris"], 2: ["rome", "kw:pasta"], 3: ["ann"]}
+LABELS = {"ann": "SPEAKER", "bob": "PERSON", "paris": "GPE", "rome": "GPE", "kw:pasta": "KEYWORD"}
+
+
+def vec(name):
+    return unit_vector(sum(map(ord, name)))
 
 
 def build(store, tenant="t1", conv="c1", offset=0):
     rows = [row(i, f"turn {i}", tenant=tenant, conv=conv) for i in MENTIONS]
     names = sorted({n for ns in MENTIONS.values() for n in ns})
-    ids = {n: f"{tenant}-{n}" for n in names}
+    ids = {n: entity_id(tenant, n) for n in names}
     change = GraphChangeSet(put_turns=rows)
-    change.entities = [EntityNode(ids[n], tenant, n, "PERSON", unit_vector(hash(n) % 1000)) for n in names]
+    change.entities = [EntityNode(ids[n], tenant, n, LABELS[n], np.zeros(0, np.float32) if n.startswith("kw:") else vec(n)) for n in names]
     for i, ns in MENTIONS.items():
         for n in ns:
             change.mentions.append(Mention(ids[n], rows[i].turn_id, 1, 1 / len(ns), "ner"))
@@ -73,6 +79,15 @@ def test_personalized_pagerank_matches_reference(store):
     assert store.personalized_pagerank(Boundary("t1", ("c1",)), {}, 0.6) == {}
 
 
+def test_excluded_labels_are_left_out_of_the_walk(store):
+    rows, ids = build(store)
+    b = Boundary("t1", ("c1",))
+    with_ann = store.personalized_pagerank(b, {rows[0].turn_id: 1.0}, 0.6, adjacency_weight=0.0)
+    without = store.personalized_pagerank(b, {rows[0].turn_id: 1.0}, 0.6, adjacency_weight=0.0, exclude_labels=("SPEAKER",))
+    assert with_ann[rows[3].turn_id] > 0  # reached only through the speaker node "ann"
+    assert without[rows[3].turn_id] == 0
+
+
 def test_graph_reads_are_bounded_by_conversation_and_tenant(store):
     rows1, ids1 = build(store, conv="c1")
     rows2, _ = build(store, conv="c2", offset=4)
@@ -80,13 +95,19 @@ def test_graph_reads_are_bounded_by_conversation_and_tenant(store):
     ppr = store.personalized_pagerank(Boundary("t1", ("c1",)), {ids1["paris"]: 1.0}, 0.6)
     assert set(ppr) == {r.turn_id for r in rows1}
     assert store.personalized_pagerank(Boundary("t1", ("c1",)), {ids3["paris"]: 1.0}, 0.6) == {}
-    matches = store.align_entities(Boundary("t1", ("c1",)), np.stack([unit_vector(hash("rome") % 1000)]), 2)
-    assert matches[0][0].entity_id == ids1["rome"] and matches[0][0].score > 0.999
-    assert all(m.entity_id.startswith("t1-") for m in matches[0])
+    b = Boundary("t1", ("c1",))
+    exact, near = store.align_entities(b, ["bob", "roma"], np.stack([vec("bob"), vec("rome")]), 2)
+    assert [(m.entity_id, m.score) for m in exact] == [(ids1["bob"], 1.0)]
+    assert near[0].entity_id == ids1["rome"] and near[0].score > 0.999
+    assert all(m.entity_id != ids1["kw:pasta"] for m in near)  # keyword nodes align by exact name only
+    assert store.align_entities(b, ["kw:pasta"], np.zeros((1, 16), np.float32), 1)[0][0].entity_id == ids1["kw:pasta"]
+    assert store.present(b, [ids1["rome"], ids3["rome"], "n_nothing"]) == {ids1["rome"]}
+    assert sorted(store.context_mentions(b)[rows1[2].turn_id]) == [("kw:pasta", "KEYWORD"), ("rome", "GPE")]
     sents = store.co_sentences(Boundary("t1", ("c1",)), [ids1["bob"]])
     assert {s.context_id for s in sents} == {rows1[0].turn_id, rows1[1].turn_id}
     assert store.context_entities("t1", [rows1[1].turn_id]) == {rows1[1].turn_id: {ids1["bob"], ids1["paris"]}}
-    assert store.known_entities("t1", [ids1["ann"], ids3["ann"]]) == {ids1["ann"]}
+    assert store.known_entities("t1", [ids1["ann"], "n_nothing"]) == {ids1["ann"]}
+    assert store.known_entities("t2", [ids1["ann"]]) == set()
 
 
 def test_forget_turn_and_conversation(store):

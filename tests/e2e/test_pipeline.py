@@ -38,7 +38,7 @@ async def test_every_unit_points_back_to_its_raw_event(tmp_path, models):
         vec = models[0].encode(["vegetarian"])[0]
         assert p.store("dense").search("turn", vec, b, 1)[0].unit_id in {t.unit_id for t in turns}
         graph = p.store("graph")
-        maya = graph.align_entities(b, models[0].encode(["Maya"]), 1)[0][0]
+        maya = graph.align_entities(b, ["maya"], models[0].encode(["Maya"]), 1)[0][0]
         assert maya.name == "maya"
         ppr = graph.personalized_pagerank(b, {maya.entity_id: 1.0}, 0.6)
         top = max(ppr, key=ppr.get)
@@ -117,7 +117,7 @@ async def test_forgetting_a_turn_removes_it_everywhere_and_repairs_the_session(t
         assert p.store("hierarchy").list_units(b, "turn") == []
         assert p.store("lexical").search("turn", "Lisbon", b, 5) == []
         assert p.store("dense").search("turn", models[0].encode(["Lisbon"])[0], b, 5) == []
-        assert p.store("graph").align_entities(b, models[0].encode(["Maya"]), 1) == [[]]
+        assert p.store("graph").align_entities(b, ["maya"], models[0].encode(["Maya"]), 1) == [[]]
     finally:
         await p.close()
         await q.close()

@@ -1,0 +1,68 @@
+"""Every tuned constant of the Zero-Mem query service, in one place.
+
+Values were chosen on the LoCoMo dev split by leave-one-conversation-out (tune on four
+conversations, check on the fifth); README "Retrieval quality" gives the figures that justify
+them and the command that reproduces them. The paper's own constants are noted where it gives
+them (rho = gamma = 0.6, K = 5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class ZeroMemConfig:
+    # -- hierarchy view (eq. 11): relevance of each level = a_lex * BM25 + (1 - a_lex) * dense,
+    #    each min-max normalised per query; turns get their own relevance plus the best score
+    #    of the windows and episode that contain them ("lifting").
+    a_lex: float = 0.5
+    w_turn: float = 0.7
+    w_windows: tuple[float, ...] = (1.0, 1.0)  # per window size, smallest first
+    w_episode: float = 0.5
+    w_neighbour: float = 0.1  # best turn relevance among the ±1 neighbours in the session
+    h_lexical: float = 0.4  # share of the question's keywords the turn contains
+    h_info: float = 0.35  # information prior: log(words)/log(40), clipped to [0, 1]
+    prf_weight: float = 0.0  # dense pseudo-relevance feedback (Rocchio) share; 0 = off
+    prf_k: int = 3
+    prf_alpha: float = 0.5
+    # -- graph view (eq. 8-10)
+    align_min: float = 0.5  # min cosine for aligning a query entity to a graph entity
+    keyword_activation: float = 1.0  # activation of keyword nodes matched by stem
+    propagation_steps: int = 1  # eq. 9
+    propagation_weight: float = 1.0
+    beta_entities: float = 0.8  # reset mass on entity activations; the rest on dense context priors
+    prior_top: int = 20  # contexts that receive a dense prior
+    adjacency_weight: float = 1.0
+    gamma: float = 0.8  # PPR continuation (paper: 0.6)
+    ppr_iterations: int = 30
+    g_lexical: float = 0.2  # exact lexical refinement of the graph ranking
+    # -- routing and fusion (eq. 7, 12-13)
+    route: Literal["rules", "local", "relational"] = "local"
+    rho: float = 0.6  # primary view weight (paper: 0.6)
+    # -- closure (eq. 14)
+    closure_top: int = 1  # seeds: the top of M(q)
+    closure_graph: int = 3  # bridging contexts added from a PPR seeded on them (speakers excluded)
+    closure_bonus: float = 0.05
+    closure_gamma: float = 0.6
+    closure_neighbours: int = 0  # ±r neighbouring turns of the seeds
+    neighbour_bonus: float = 0.0
+    # -- evidence calibration (eq. 15)
+    c_subject: float = 0.2
+    c_type: float = 0.3
+    c_subject_relational: float = 0.2
+    c_type_relational: float = 0.2
+    c_time: float = 0.6
+    time_tau_days: float = 14.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def with_(self, **changes: Any) -> "ZeroMemConfig":
+        return replace(self, **changes)
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        return [f.name for f in fields(cls) if f.name != "extra"]
+
+
+DEFAULT = ZeroMemConfig()

@@ -1,0 +1,359 @@
+"""Zero-Mem retrieval (paper: Method), stage by stage, with zero LLM calls.
+
+profile φ(q) (eq. 6) -> route (eq. 7) -> hierarchy view (eq. 11) and graph view (eq. 8-10),
+both always run -> per-view min-max fusion, ρ·primary + (1-ρ)·secondary (eq. 12-13) ->
+M(q) = top-k -> closure: graph bridges seeded on the top of M(q) (eq. 14) -> calibration: hard
+filters, then subject / answer-type / temporal compatibility (eq. 15).
+
+Decisions the paper leaves open are ours, each measured on the LoCoMo dev split (README,
+"Retrieval quality"); every constant is in config.py. In particular:
+- evidence is every admissible turn of the boundary, ranked by the calibrated score: the top-k
+  fused candidates are M(q) (role "primary"), closure additions are "bridge", and the rest fill
+  the turn budget ("fill"); so the evidence budget, not k, decides how much is returned;
+- the hard filter is the boundary (tenant, conversation, session, agent, time range), which
+  the stores enforce on every read, so nothing outside it can reach calibration;
+- routing: with the tuned weights the hierarchy view is primary for every question form
+  (`route="local"`); the rule-based router of eq. 7 is available (`route="rules"`) and measured.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from schemas.text import normalize_entity
+from schemas.units import entity_id
+from services.query.analysis import keyword_words, stem, tokens
+from services.query.config import DEFAULT, ZeroMemConfig
+from services.query.context import Candidate, QueryContext, Ranking
+from services.query.profile import MONTHS, WEEKDAYS, Profile, build_profile
+
+MODES = ("zero-mem", "graph-only", "hierarchy-only", "no-closure", "no-calibration")
+
+# Generic temporal and numeric expressions (calendar words and number words, not derived from
+# any evaluation question): evidence that a turn can answer "when" or "how many".
+_TIME_RE = re.compile(
+    r"\b(yesterday|today|tonight|tomorrow|ago|last (week|weekend|month|year|night|time|summer|winter|spring|fall|"
+    + "|".join(WEEKDAYS) + r")|next (week|weekend|month|year)|this (week|weekend|month|year|morning|evening)|"
+    r"recently|earlier|(few|couple of) (days|weeks|months|years)|since|" + "|".join(MONTHS + WEEKDAYS) + r"|\d{4})\b", re.I)
+_NUM_RE = re.compile(r"\b(\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|hundred|thousand|once|"
+                     r"twice|several|a few|couple)\b", re.I)
+_PLACE_LABELS = {"GPE", "LOC", "FAC"}
+_DATE_LABELS = {"DATE", "TIME"}
+_NUMBER_LABELS = {"CARDINAL", "QUANTITY", "MONEY", "PERCENT"}
+
+
+def mm(x: np.ndarray) -> np.ndarray:
+    """Min-max normalisation over the candidates of one view (eq. 12): flat -> 1."""
+    if x.size == 0:
+        return x
+    lo, hi = float(np.min(x)), float(np.max(x))
+    if hi - lo < 1e-12:
+        return np.ones_like(x, dtype=float)
+    return (x - lo) / (hi - lo)
+
+
+def route_rules(p: Profile) -> str:
+    """Eq. 7: relational (graph primary) when the question hangs on named anchors or needs
+    aggregation; local (hierarchy primary) for temporal questions and everything else."""
+    if p.answer_type in ("date", "duration"):
+        return "local"
+    if p.other_entities or len(p.subject_speakers) >= 2 or p.answer_type in ("list", "number"):
+        return "relational"
+    return "local"
+
+
+@dataclass
+class _Turns:
+    """Per-turn arrays the query side derives from a corpus (cached on the corpus)."""
+
+    stems: list[set[str]]
+    info: np.ndarray
+
+
+def _turn_arrays(corpus) -> _Turns:
+    cached = getattr(corpus, "_zeromem_turns", None)
+    if cached is None:
+        texts = [f"{t.provenance.speakers[0]}: {t.text}" for t in corpus.turns]
+        ntok = np.array([max(len(x.split()), 1) for x in texts], dtype=float)
+        cached = _Turns([set(tokens(x)) for x in texts], np.clip(np.log(ntok) / np.log(40), 0, 1))
+        corpus._zeromem_turns = cached
+    return cached
+
+
+class ZeroMem:
+    """One query's run of the method; `rank(mode)` returns the evidence ranking."""
+
+    def __init__(self, ctx: QueryContext, cfg: ZeroMemConfig = DEFAULT):
+        self.ctx = ctx
+        self.cfg = cfg
+        self.corpus = ctx.corpus
+        self.n = ctx.corpus.n
+
+    # -- profile (eq. 6) -------------------------------------------------------------------
+    @cached_property
+    def profile(self) -> Profile:
+        q = self.ctx.request.question
+        with self.ctx.timed("profile"):
+            mentions = []
+            if self.ctx.extractor is not None:
+                mentions = [(m.text, m.label, m.start, m.end) for m in self.ctx.extractor.analyze([q])[0].mentions]
+            as_of = self.ctx.request.as_of or (max(self.corpus.occurred) if self.corpus.occurred else None)
+            p = build_profile(q, self.corpus.speakers, mentions, as_of)
+        self.ctx.profile_dict = p.as_dict()
+        return p
+
+    @cached_property
+    def entity_vectors(self) -> np.ndarray:
+        """The question's vector and its entities' vectors from one encoder pass: entity spans
+        are pooled from the question's own token states (late chunking)."""
+        p = self.profile
+        with self.ctx.timed("encode"):
+            enc = self.ctx.encoder.encode_with_spans([self.ctx.request.question], [p.entity_spans])[0]
+        self.ctx.__dict__["qvec"] = enc.vector  # the same vector ctx.encoder.encode would give
+        return enc.spans
+
+    # -- signals ---------------------------------------------------------------------------
+    @cached_property
+    def lexcov(self) -> np.ndarray:
+        """Share of the question's keywords (those the boundary knows) each turn contains."""
+        stems = _turn_arrays(self.corpus).stems
+        kws = set(self.profile.keywords)
+        known = {k for k in kws if any(k in s for s in stems)}
+        if not known:
+            return np.zeros(self.n)
+        return np.array([len(known & s) / len(known) for s in stems])
+
+    @cached_property
+    def compat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Subject, answer-type and temporal compatibility per turn (eq. 15)."""
+        c, p = self.corpus, self.profile
+        subject = {s.lower() for s in p.subject_speakers}
+        subj = np.array([1.0 if s.lower() in subject else 0.0 for s in c.speaker])
+        mentions = self.ctx.store("graph").context_mentions(self.ctx.boundary)
+        speakers = {normalize_entity(s) for s in c.speakers}
+        kind = p.answer_type
+        atype = np.zeros(self.n)
+        if kind in ("date", "duration", "number", "person", "place"):
+            for i, t in enumerate(c.turns):
+                labels = {lab for _, lab in mentions.get(t.unit_id, ())}
+                date_ok = bool(labels & _DATE_LABELS) or bool(_TIME_RE.search(t.text))
+                num_ok = bool(labels & _NUMBER_LABELS) or bool(_NUM_RE.search(t.text))
+                atype[i] = {
+                    "date": date_ok, "duration": date_ok or num_ok, "number": num_ok,
+                    "place": bool(labels & _PLACE_LABELS),
+                    "person": any(lab == "PERSON" and name not in speakers for name, lab in mentions.get(t.unit_id, ())),
+                }[kind]
+        tcomp = np.zeros(self.n)
+        if p.interval is not None:
+            lo, hi = p.interval
+            for i, when in enumerate(c.occurred):
+                d = when.date()
+                gap = 0 if lo <= d <= hi else ((lo - d).days if d < lo else (d - hi).days)
+                tcomp[i] = max(0.0, 1.0 - gap / self.cfg.time_tau_days)
+        return subj, atype, tcomp
+
+    def _dense(self, kind: str, level: int | None = None) -> np.ndarray:
+        cfg = self.cfg
+        base = mm(self.ctx.dense(kind, level))
+        if not cfg.prf_weight:
+            return base
+        return (1 - cfg.prf_weight) * base + cfg.prf_weight * mm(self.ctx.dense(kind, level, self.prf_vector))
+
+    @cached_property
+    def prf_vector(self) -> np.ndarray:
+        """Rocchio feedback in the dense space from the top turns of a BM25 + dense first pass."""
+        first = mm(self.ctx.bm25("turn")) + mm(self.ctx.dense("turn"))
+        top = np.argsort(-first, kind="stable")[: self.cfg.prf_k]
+        ids = [self.corpus.turns[i].unit_id for i in top]
+        vecs = self.ctx.store("dense").vectors("turn", self.ctx.boundary.tenant_id, ids)
+        q = self.ctx.qvec + self.cfg.prf_alpha * np.mean([vecs[i] for i in ids if i in vecs], axis=0)
+        return (q / np.linalg.norm(q)).astype(np.float32)
+
+    # -- hierarchy view (eq. 11) -------------------------------------------------------------
+    @cached_property
+    def hierarchy(self) -> np.ndarray:
+        cfg, c, a = self.cfg, self.corpus, self.cfg.a_lex
+        with self.ctx.timed("hierarchy_view"):
+            rel_turn = a * mm(self.ctx.bm25("turn")) + (1 - a) * self._dense("turn")
+            h = cfg.w_turn * rel_turn
+            for (size, level), weight in zip(sorted(c.windows.items()), cfg.w_windows):
+                if weight and level.units:
+                    rel = a * mm(self.ctx.bm25("window", size)) + (1 - a) * self._dense("window", size)
+                    h = h + weight * _finite(level.lift(rel))
+            if cfg.w_episode and c.episodes.units:
+                rel = a * mm(self.ctx.bm25("episode")) + (1 - a) * self._dense("episode")
+                h = h + cfg.w_episode * _finite(c.episodes.lift(rel))
+            if cfg.w_neighbour:
+                h = h + cfg.w_neighbour * self._neighbour_max(rel_turn)
+            h = h + cfg.h_lexical * self.lexcov + cfg.h_info * _turn_arrays(c).info
+        return h
+
+    def _neighbour_max(self, x: np.ndarray) -> np.ndarray:
+        s = self.corpus.session
+        left = np.where(np.append(False, s[1:] == s[:-1]), np.append(-np.inf, x[:-1]), -np.inf)
+        right = np.where(np.append(s[:-1] == s[1:], False), np.append(x[1:], -np.inf), -np.inf)
+        out = np.maximum(left, right)
+        return np.where(np.isfinite(out), out, 0.0)
+
+    # -- graph view (eq. 8-10) -----------------------------------------------------------------
+    @cached_property
+    def activations(self) -> dict[str, float]:
+        """Eq. 8: query entities aligned to graph entities (exact name, else cosine), plus
+        keyword nodes matched by stem."""
+        cfg, p, graph, b = self.cfg, self.profile, self.ctx.store("graph"), self.ctx.boundary
+        eta: dict[str, float] = {}
+        if p.entities:
+            vectors = self.entity_vectors
+            for match in graph.align_entities(b, p.entities, vectors, 1):
+                if match and match[0].score >= cfg.align_min:
+                    eta[match[0].entity_id] = max(eta.get(match[0].entity_id, 0.0), match[0].score)
+        speakers = {w for s in self.corpus.speakers for w in normalize_entity(s).split()}
+        words = [w for w in keyword_words(p.question) if w not in speakers]
+        ids = {entity_id(b.tenant_id, "kw:" + s): s for s, w in zip(stem(words), words) if len(s) > 2 and not w.isdigit()}
+        for e in graph.present(b, list(ids)):
+            eta[e] = max(eta.get(e, 0.0), cfg.keyword_activation)
+        return eta
+
+    def _propagate(self, eta: dict[str, float]) -> dict[str, float]:
+        """Eq. 9: an entity gains activation when it shares query-relevant sentences with an
+        active one; a sentence's relevance is its dense similarity to the question."""
+        cfg = self.cfg
+        act = dict(eta)
+        sims = self.ctx.sentence_scores()
+        graph = self.ctx.store("graph")
+        for _ in range(cfg.propagation_steps):
+            gained: dict[str, float] = {}
+            for z in graph.co_sentences(self.ctx.boundary, list(act)):
+                w = max(sims.get(z.sentence_id, 0.0), 0.0)
+                zact = sum(act.get(e, 0.0) for e in z.entity_ids)
+                if w and zact:
+                    for e in z.entity_ids:
+                        gained[e] = gained.get(e, 0.0) + w * zact
+            gained = {e: v for e, v in gained.items() if act.get(e, 0.0) <= 0}
+            top = max(gained.values(), default=0.0)
+            if top <= 0:
+                break
+            scale = cfg.propagation_weight * max(max(act.values()), 1e-9) / top
+            for e, v in gained.items():
+                act[e] = act.get(e, 0.0) + v * scale
+        return act
+
+    @cached_property
+    def graph_scores(self) -> np.ndarray | None:
+        """Raw PPR scores of the boundary's contexts, or None when no entity aligns (eq. 10)."""
+        cfg = self.cfg
+        with self.ctx.timed("graph_view"):
+            eta = self.activations
+            if not eta:
+                return None
+            act = self._propagate(eta)
+            total = sum(act.values())
+            reset = {e: cfg.beta_entities * v / total for e, v in act.items() if v > 0}
+            dn = self.ctx.dense("turn")
+            top = np.argsort(-dn, kind="stable")[: cfg.prior_top]
+            prior = np.clip(dn[top] - dn[top].min() + 1e-3, 1e-6, None)
+            for i, w in zip(top, prior / prior.sum()):
+                tid = self.corpus.turns[i].unit_id
+                reset[tid] = reset.get(tid, 0.0) + (1 - cfg.beta_entities) * float(w)
+            pi = self.ctx.store("graph").personalized_pagerank(
+                self.ctx.boundary, reset, cfg.gamma, adjacency_weight=cfg.adjacency_weight, max_iterations=cfg.ppr_iterations)
+        s = np.zeros(self.n)
+        for tid, v in pi.items():
+            i = self.corpus.index.get(tid)
+            if i is not None:
+                s[i] = v
+        return s
+
+    @cached_property
+    def graph(self) -> np.ndarray:
+        s = self.graph_scores
+        if s is None:
+            return mm(self.ctx.dense("turn"))  # no aligned entity: the dense ranking (paper)
+        return mm(s) + self.cfg.g_lexical * self.lexcov
+
+    # -- fusion, closure, calibration ----------------------------------------------------------
+    @cached_property
+    def route(self) -> str:
+        return route_rules(self.profile) if self.cfg.route == "rules" else self.cfg.route
+
+    def fused(self, mode: str) -> np.ndarray:
+        if mode == "hierarchy-only":
+            return mm(self.hierarchy)
+        if mode == "graph-only":
+            return mm(self.graph)
+        primary, secondary = (self.graph, self.hierarchy) if self.route == "relational" else (self.hierarchy, self.graph)
+        rho = self.cfg.rho
+        return rho * mm(primary) + (1 - rho) * mm(secondary)
+
+    def closure(self, order: list[int]) -> dict[int, float]:
+        """Eq. 14: contexts bridged to the top of M(q) through shared entities (a PPR seeded on
+        them, speakers excluded since every turn of a speaker shares them), and optionally
+        neighbouring turns. Returns bounded score bonuses."""
+        cfg, corpus = self.cfg, self.corpus
+        seeds = order[: min(cfg.closure_top, self.ctx.request.k)]
+        bonus: dict[int, float] = {}
+        if cfg.closure_graph and seeds:
+            with self.ctx.timed("closure"):
+                reset = {corpus.turns[i].unit_id: 1.0 / len(seeds) for i in seeds}
+                pi = self.ctx.store("graph").personalized_pagerank(
+                    self.ctx.boundary, reset, cfg.closure_gamma, adjacency_weight=cfg.adjacency_weight,
+                    exclude_labels=("SPEAKER",), max_iterations=20)
+                scored = sorted(((v, corpus.index[t]) for t, v in pi.items() if t in corpus.index and corpus.index[t] not in seeds and v > 0),
+                                key=lambda x: (-x[0], x[1]))[: cfg.closure_graph]
+                if scored:
+                    top = scored[0][0]
+                    for v, i in scored:
+                        bonus[i] = bonus.get(i, 0.0) + cfg.closure_bonus * v / top
+        for i in seeds if cfg.closure_neighbours else []:
+            for j in corpus.neighbours(i, cfg.closure_neighbours):
+                if j != i:
+                    bonus[j] = bonus.get(j, 0.0) + cfg.neighbour_bonus
+        return bonus
+
+    def rank(self, mode: str = "zero-mem") -> Ranking:
+        if mode not in MODES:
+            raise ValueError(f"unknown Zero-Mem mode {mode!r}")
+        self.entity_vectors  # one encoder pass gives the question vector and its entity vectors
+        fused = self.fused(mode)
+        order = sorted(range(self.n), key=lambda i: (-fused[i], i))
+        k = self.ctx.request.k
+        bonus = {} if mode == "no-closure" else self.closure(order)
+        with self.ctx.timed("calibration"):
+            score = fused + np.array([bonus.get(i, 0.0) for i in range(self.n)])
+            if mode != "no-calibration":
+                subj, atype, tcomp = self.compat
+                relational = self.route == "relational"
+                cs = self.cfg.c_subject_relational if relational else self.cfg.c_subject
+                ct = self.cfg.c_type_relational if relational else self.cfg.c_type
+                score = score + cs * subj + ct * atype + self.cfg.c_time * tcomp
+            ranked = sorted(range(self.n), key=lambda i: (-score[i], i))
+        primary = set(order[:k])
+        graph_raw = self.graph_scores
+        h = self.hierarchy if mode != "graph-only" else None
+        candidates = []
+        for i in ranked:
+            role = "primary" if i in primary else ("bridge" if bonus.get(i) else "fill")
+            scores = {"fused": float(fused[i]), "calibrated": float(score[i])}
+            if h is not None:
+                scores["hierarchy"] = float(h[i])
+            if graph_raw is not None:
+                scores["graph"] = float(graph_raw[i])
+            candidates.append(Candidate(self.corpus.turns[i].unit_id, "turn", [i], role, scores))
+        notes = [] if graph_raw is not None else ["graph view: no query entity aligned; dense ranking used (paper's fallback)"]
+        return Ranking(candidates, route=self.route if mode not in ("graph-only", "hierarchy-only") else mode.split("-")[0], notes=notes)
+
+
+def _finite(x: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(x), x, 0.0)
+
+
+def strategy(mode: str, cfg: ZeroMemConfig = DEFAULT):
+    def run(ctx: QueryContext) -> Ranking:
+        return ZeroMem(ctx, cfg).rank(mode)
+
+    run.__name__ = f"zeromem_{mode}"
+    return run
