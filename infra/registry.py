@@ -49,7 +49,16 @@ class Registry:
             from infra.log.sqlite import SqliteEventLog
 
             return SqliteEventLog(Path(rest) if rest else self.data_dir / "log.sqlite")
-        raise ConfigurationError("the Kafka event log arrives with the distributed mode; use sqlite:// for now")
+        # kafka://host:port[,host:port][?replication_factor=N]
+        from urllib.parse import parse_qs
+
+        from infra.log.kafka import KafkaEventLog
+
+        brokers, query = rest.strip("/"), parse_qs(urlparse(self.settings.log.url).query)
+        replication = query.get("replication_factor", ["1"])[0]
+        if not brokers or not replication.isdigit():
+            raise ConfigurationError(f"bad Kafka log URL {self.settings.log.url!r}: expected kafka://host:port[,host:port][?replication_factor=N]")
+        return KafkaEventLog(brokers, replication_factor=int(replication))
 
     # -- views ---------------------------------------------------------------------------
     def catalog(self):

@@ -1,8 +1,59 @@
 #!/usr/bin/env bash
-# The whole test suite: installs everything into ./.venv, then runs unit, contract and
-# end-to-end tests. Extra arguments go to pytest (e.g. -m unit, -k replay).
+# The whole test suite: installs everything into ./.venv, starts the real servers the
+# integration tier needs (infra/servers: one broker for the whole run, on free ports, state in a
+# temporary directory outside the clone, stopped on exit), then runs unit, contract, end-to-end
+# and integration tests. Extra arguments go to pytest (e.g. -m unit, -k replay).
+#
+# A server address already in the environment (MEMSTREAM_TEST_KAFKA=host:port) is used as is.
+# Locally, a missing tool (Java, Maven, kcat) only makes the tests that need it skip, loudly;
+# under CI=true it fails the run (here, and in tests/conftest.py for any skipped integration test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 mkdir -p test-artifacts
-exec .venv/bin/python -m pytest "$@"
+
+ci=false
+case "${CI:-}" in true|TRUE|True|1) ci=true;; esac
+missing() {  # $1 = what is missing and why it matters
+  if $ci; then echo "test.sh: ERROR: $1 (CI=true: every test tier must run)" >&2; exit 1; fi
+  echo "test.sh: WARNING: $1; the tests that need it will be skipped" >&2
+}
+
+# kcat: a foreign (librdkafka) producer for the Kafka integration tests.
+if ! command -v kcat >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  apt_install() { $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null 2>&1; }
+  echo "test.sh: installing kcat with apt-get" >&2
+  apt_install || { $sudo apt-get update -qq >/dev/null 2>&1 && apt_install; } || missing "could not install kcat with apt-get"
+fi
+
+# Real servers. Neo4j and OpenSearch come next: add them to SERVERS when their tests land
+# (start.sh prints NEO4J_URI=... / OPENSEARCH_URL=..., exported below as MEMSTREAM_TEST_NEO4J /
+# MEMSTREAM_TEST_OPENSEARCH; neo4j needs a JDK >= 21, neo4j-lts runs on 17).
+SERVERS=${MEMSTREAM_TEST_SERVERS-kafka}
+[ -n "${MEMSTREAM_TEST_KAFKA:-}" ] && SERVERS=${SERVERS//kafka/}
+export MEMSTREAM_PYTHON=$PWD/.venv/bin/python
+state=$(mktemp -d "${TMPDIR:-/tmp}/memstream-test-servers.XXXXXX")
+rc=1
+cleanup() {  # every server of the list, also one whose start was interrupted (its JVM runs detached)
+  for server in $SERVERS; do infra/servers/stop.sh "$server" --data "$state" || true; done
+  if [ "$rc" = 0 ]; then rm -rf "$state"; else echo "test.sh: server state and logs kept in $state" >&2; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM   # run the EXIT trap (stop the servers) on Ctrl-C / kill too
+read -r KAFKA_PORT KAFKA_CONTROLLER_PORT NEO4J_BOLT_PORT OPENSEARCH_PORT OPENSEARCH_TRANSPORT_PORT \
+  < <(.venv/bin/python -c "from tests.integration.servers import free_ports; print(*free_ports(5))")
+export KAFKA_PORT KAFKA_CONTROLLER_PORT NEO4J_BOLT_PORT OPENSEARCH_PORT OPENSEARCH_TRANSPORT_PORT
+for server in $SERVERS; do
+  if ! command -v java >/dev/null 2>&1; then missing "no java on PATH to run $server"; continue; fi
+  infra/servers/fetch.sh "$server" || { missing "could not fetch the $server jars"; continue; }
+  out=$(infra/servers/start.sh "$server" --data "$state") || { missing "$server did not start"; continue; }
+  case $out in
+    KAFKA_BOOTSTRAP=*) export MEMSTREAM_TEST_KAFKA=${out#*=};;
+    NEO4J_URI=*) export MEMSTREAM_TEST_NEO4J=${out#*=};;
+    OPENSEARCH_URL=*) export MEMSTREAM_TEST_OPENSEARCH=${out#*=};;
+  esac
+done
+
+.venv/bin/python -m pytest "$@" && rc=0 || rc=$?
+exit "$rc"

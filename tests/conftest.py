@@ -75,3 +75,40 @@ def turn(i: int, *, conv: str = "c1", session: str = "s1", tenant: str = "t1", t
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+# -- integration tier: real servers ------------------------------------------------------------
+def _ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("true", "1")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap():
+    """A Kafka broker's host:port: $MEMSTREAM_TEST_KAFKA (scripts/test.sh exports it), else a broker
+    started for this session by infra/servers/start.sh (tests/integration/servers.py)."""
+    from tests.integration import servers
+
+    try:
+        with servers.kafka() as bootstrap:
+            yield bootstrap
+    except servers.Unavailable as exc:
+        pytest.skip(f"INTEGRATION NOT RUN: {exc}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI=true an integration test that skipped (no Java, no kcat, …) fails: CI must
+    exercise the real servers, never report green without them."""
+    report = yield
+    if _ci() and report.skipped and item.get_closest_marker("integration") and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"integration test skipped under CI=true, which is a failure: {reason}"
+    return report
+
+
+def pytest_terminal_summary(terminalreporter):
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "integration" in getattr(r, "keywords", {})]
+    if skipped:
+        terminalreporter.write_sep("!", f"{len(skipped)} integration tests SKIPPED: real servers or tools were missing "
+                                        "(see the reasons above; CI=true makes this a failure)", red=True, bold=True)
