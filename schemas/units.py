@@ -61,6 +61,13 @@ def sentence_id(turn_id: str, index: int) -> str:
     return f"{turn_id}.s{index}"
 
 
+def unit_key(unit_id: str) -> int:
+    """A non-negative 63-bit integer for a unit/sentence id. Search engines keep it as a numeric
+    column so that ranking all of a boundary's units needs no stored-document fetches; callers
+    map keys back to the ids they know (the boundary's units)."""
+    return int.from_bytes(hashlib.blake2b(unit_id.encode("utf-8"), digest_size=8).digest(), "big") >> 1
+
+
 class LogPosition(BaseModel):
     model_config = ConfigDict(frozen=True)
     partition: int

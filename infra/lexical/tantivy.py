@@ -17,12 +17,13 @@ import threading
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import tantivy
 
 from infra.sqlite_base import SqliteViewBase
 from schemas.ports.lexical import LexicalChangeSet, LexicalDoc
 from schemas.ports.views import Boundary, Forget, Hit, Positions
-from schemas.units import UnitKind
+from schemas.units import UnitKind, unit_key
 from schemas.text import words
 
 _RAW = "raw"
@@ -35,6 +36,7 @@ def _micros(t: datetime) -> int:
 def _schema() -> tantivy.Schema:
     sb = tantivy.SchemaBuilder()
     sb.add_text_field("unit_id", stored=True, tokenizer_name=_RAW)
+    sb.add_integer_field("key", stored=False, indexed=False, fast=True)  # unit_key(unit_id): ranks without doc fetches
     for name in ("kind", "tenant_id", "conversation_id", "session_id", "agent_id"):
         sb.add_text_field(name, stored=False, tokenizer_name=_RAW)
     sb.add_integer_field("occurred_from", stored=False, indexed=True, fast=True)
@@ -110,7 +112,7 @@ class TantivyLexicalIndex:
 
     def _document(self, d: LexicalDoc) -> tantivy.Document:
         doc = tantivy.Document(
-            unit_id=d.unit_id, kind=d.kind, tenant_id=d.tenant_id, conversation_id=d.conversation_id, session_id=d.session_id,
+            unit_id=d.unit_id, key=unit_key(d.unit_id), kind=d.kind, tenant_id=d.tenant_id, conversation_id=d.conversation_id, session_id=d.session_id,
             occurred_from=_micros(d.occurred_from), occurred_to=_micros(d.occurred_to), body=d.text,
         )
         for a in d.agent_ids:
@@ -145,11 +147,11 @@ class TantivyLexicalIndex:
                 self._searcher_version = version
             return self._searcher
 
-    def search(self, kind: UnitKind, query: str, boundary: Boundary, k: int) -> list[Hit]:
+    def _query(self, kind: UnitKind, query: str, boundary: Boundary) -> tantivy.Query | None:
         terms = [w.replace("'", "").replace("’", "") for w in words(query)]
         terms = [t for t in terms if t]
-        if not terms or k <= 0:
-            return []
+        if not terms:
+            return None
         text_q = self.index.parse_query_lenient(" ".join(terms), ["body"])[0]
         filters = [self._term("tenant_id", boundary.tenant_id), self._term("kind", kind)]
         if boundary.conversation_ids is not None:
@@ -162,9 +164,25 @@ class TantivyLexicalIndex:
             filters.append(tantivy.Query.range_query(self.schema, "occurred_to", tantivy.FieldType.Integer, _micros(boundary.since), None))
         if boundary.until is not None:
             filters.append(tantivy.Query.range_query(self.schema, "occurred_from", tantivy.FieldType.Integer, None, _micros(boundary.until)))
-        q = tantivy.Query.boolean_query(
+        return tantivy.Query.boolean_query(
             [(tantivy.Occur.Must, text_q)] + [(tantivy.Occur.Must, tantivy.Query.const_score_query(f, 0.0)) for f in filters]
         )
+
+    def score_units(self, kind: UnitKind, query: str, boundary: Boundary, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        q = self._query(kind, query, boundary)
+        if q is None or limit <= 0:
+            return np.zeros(0, np.int64), np.zeros(0)
+        searcher = self._current_searcher()
+        hits = searcher.search(q, limit, count=False).hits
+        if not hits:
+            return np.zeros(0, np.int64), np.zeros(0)
+        keys = searcher.fast_field_values("key", [addr for _, addr in hits])
+        return np.asarray(keys, dtype=np.int64), np.asarray([score for score, _ in hits], dtype=float)
+
+    def search(self, kind: UnitKind, query: str, boundary: Boundary, k: int) -> list[Hit]:
+        q = self._query(kind, query, boundary)
+        if q is None or k <= 0:
+            return []
         searcher = self._current_searcher()
         result = searcher.search(q, k)
         hits = [Hit(searcher.doc(addr)["unit_id"][0], float(score)) for score, addr in result.hits]

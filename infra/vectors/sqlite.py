@@ -18,6 +18,7 @@ import numpy as np
 from infra.sqlite_base import SqliteViewBase, _chunks, boundary_where, forget_where
 from schemas.ports.vectors import Collection, TurnPooling, VectorChangeSet
 from schemas.ports.views import Boundary, Forget, Hit, Positions
+from schemas.units import unit_key
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pooling (turn_id TEXT PRIMARY KEY, mean BLOB NOT NULL, tokens INTEGER NOT NULL);
@@ -31,10 +32,11 @@ CREATE INDEX IF NOT EXISTS points_owner ON points (owner_id);
 
 
 class _Matrix:
-    __slots__ = ("ids", "vectors", "sessions", "agents", "t_from", "t_to")
+    __slots__ = ("ids", "keys", "vectors", "sessions", "agents", "t_from", "t_to")
 
     def __init__(self, rows: list[tuple]):
         self.ids = [r[0] for r in rows]
+        self.keys = np.array([unit_key(i) for i in self.ids], dtype=np.int64)
         self.vectors = np.stack([np.frombuffer(r[5], dtype=np.float32) for r in rows]) if rows else np.zeros((0, 0), np.float32)
         self.sessions = np.array([r[1] for r in rows], dtype=object)
         self.agents = [set(json.loads(r[2])) for r in rows]
@@ -149,6 +151,19 @@ class SqliteVectorStore(SqliteViewBase):
         hits.sort(key=lambda h: (-h.score, h.unit_id))
         return hits[:k]
 
+    def score_units(self, collection: Collection, vector: np.ndarray, boundary: Boundary) -> tuple[np.ndarray, np.ndarray]:
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        keys, scores = [], []
+        for m in self._matrices(collection, boundary):
+            if not m.ids:
+                continue
+            mask = _mask(m, boundary)
+            keys.append(m.keys[mask])
+            scores.append((m.vectors @ q)[mask])
+        if not keys:
+            return np.zeros(0, np.int64), np.zeros(0)
+        return np.concatenate(keys), np.concatenate(scores).astype(float)
+
     def vectors(self, collection: Collection, tenant_id: str, point_ids: list[str]) -> dict[str, np.ndarray]:
         out = {}
         for chunk in _chunks(list(dict.fromkeys(point_ids)), 500):
@@ -184,6 +199,8 @@ class SqliteVectorStore(SqliteViewBase):
 
 def _mask(m: _Matrix, b: Boundary) -> np.ndarray:
     mask = np.ones(len(m.ids), dtype=bool)
+    if b.session_ids is None and b.agent_ids is None and b.since is None and b.until is None:
+        return mask
     if b.session_ids is not None:
         mask &= np.isin(m.sessions, list(b.session_ids))
     if b.agent_ids is not None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+import numpy as np
+
 from schemas.ports.views import Boundary, ChangeSet, Hit, Positions, ViewStore
 from schemas.units import UnitKind
 
@@ -42,3 +44,8 @@ class LexicalIndex(ViewStore, Protocol):
     def apply(self, change: LexicalChangeSet, positions: Positions) -> None: ...
 
     def search(self, kind: UnitKind, query: str, boundary: Boundary, k: int) -> list[Hit]: ...
+
+    def score_units(self, kind: UnitKind, query: str, boundary: Boundary, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        """The same ranking as `search`, as arrays: unit keys (schemas.units.unit_key, int64)
+        and BM25 scores. The query side ranks whole boundaries with it."""
+        ...

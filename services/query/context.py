@@ -77,51 +77,60 @@ class QueryContext:
         return " ".join(keyword_words(self.request.question))
 
     # -- raw signals, aligned to corpus order ----------------------------------------------
-    def _units(self, kind: str, level: int | None) -> tuple[list, dict[str, int]]:
+    def _keys(self, kind: str, level: int | None) -> tuple[int, dict[int, int]]:
         c = self.corpus
         if kind == "turn":
-            return c.turns, c.index
+            return c.n, c.keys
         lv: Level = c.episodes if kind == "episode" else c.windows[level]
-        return lv.units, lv.index
+        return len(lv.units), lv.keys
 
     def bm25(self, kind: str, level: int | None = None) -> np.ndarray:
+        """BM25 score of every unit of the level (0 when the engine does not match it)."""
         key = ("bm25", kind, level)
         if key not in self._cache:
-            units, index = self._units(kind, level)
-            out = np.zeros(len(units))
-            if units and self.lexical_query:
-                with self.timed("lexical"):
-                    hits = self.store("lexical").search(kind, self.lexical_query, self.boundary, self._count(kind))
-                for h in hits:
-                    i = index.get(h.unit_id)
+            n, positions = self._keys(kind, level)
+            out = np.zeros(n)
+            if n and self.lexical_query:
+                raw = ("bm25-raw", kind)
+                if raw not in self._cache:  # one engine call per kind (window levels share it)
+                    with self.timed("lexical"):
+                        self._cache[raw] = self.store("lexical").score_units(kind, self.lexical_query, self.boundary, self._count(kind))
+                keys, scores = self._cache[raw]
+                for k, v in zip(keys.tolist(), scores.tolist()):
+                    i = positions.get(k)
                     if i is not None:
-                        out[i] = h.score
+                        out[i] = v
             self._cache[key] = out
         return self._cache[key]
 
     def dense(self, kind: str, level: int | None = None, vector: np.ndarray | None = None) -> np.ndarray:
-        key = ("dense", kind, level, None if vector is None else vector.tobytes())
+        """Cosine of every unit of the level to the question (or to `vector`)."""
+        vkey = None if vector is None else vector.tobytes()
+        key = ("dense", kind, level, vkey)
         if key not in self._cache:
-            units, index = self._units(kind, level)
-            out = np.full(len(units), -1.0)
-            if units:
-                q = self.qvec if vector is None else vector
-                with self.timed("dense"):
-                    hits = self.store("dense").search(kind, q, self.boundary, self._count(kind))
-                for h in hits:
-                    i = index.get(h.unit_id)
+            n, positions = self._keys(kind, level)
+            out = np.full(n, -1.0)
+            if n:
+                raw = ("dense-raw", kind, vkey)
+                if raw not in self._cache:
+                    q = self.qvec if vector is None else vector
+                    with self.timed("dense"):
+                        self._cache[raw] = self.store("dense").score_units(kind, q, self.boundary)
+                keys, scores = self._cache[raw]
+                for k, v in zip(keys.tolist(), scores.tolist()):
+                    i = positions.get(k)
                     if i is not None:
-                        out[i] = h.score
+                        out[i] = v
             self._cache[key] = out
         return self._cache[key]
 
-    def sentence_scores(self, vector: np.ndarray | None = None) -> dict[str, float]:
-        key = ("sentences", None if vector is None else vector.tobytes())
+    def sentence_scores(self) -> dict[int, float]:
+        """Cosine of every sentence in the boundary to the question, by sentence key."""
+        key = ("sentences",)
         if key not in self._cache:
-            n = max(self.corpus.n * 4, 16)
             with self.timed("dense"):
-                hits = self.store("dense").search("sentence", self.qvec if vector is None else vector, self.boundary, n)
-            self._cache[key] = {h.unit_id: h.score for h in hits}
+                keys, scores = self.store("dense").score_units("sentence", self.qvec, self.boundary)
+            self._cache[key] = dict(zip(keys.tolist(), scores.tolist()))
         return self._cache[key]
 
     def _count(self, kind: str) -> int:

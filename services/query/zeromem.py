@@ -25,7 +25,7 @@ from functools import cached_property
 import numpy as np
 
 from schemas.text import normalize_entity
-from schemas.units import entity_id
+from schemas.units import entity_id, unit_key
 from services.query.analysis import keyword_words, stem, tokens
 from services.query.config import DEFAULT, ZeroMemConfig
 from services.query.context import Candidate, QueryContext, Ranking
@@ -127,26 +127,36 @@ class ZeroMem:
             return np.zeros(self.n)
         return np.array([len(known & s) / len(known) for s in stems])
 
+    def _type_flags(self) -> dict[str, np.ndarray]:
+        """Per turn: can it answer a date / number / place / person question? From the graph
+        view's NER labels and calendar/number words. Independent of the question, so cached on
+        the corpus until the graph view changes."""
+        graph, b, c = self.ctx.store("graph"), self.ctx.boundary, self.corpus
+        version = (graph.generation, *(graph.conversation_version(b.tenant_id, conv) for conv in (b.conversation_ids or (None,))))
+        cached = getattr(c, "_type_flags", None)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        mentions = graph.context_mentions(b)
+        speakers = {normalize_entity(s) for s in c.speakers}
+        flags = {k: np.zeros(self.n) for k in ("date", "number", "place", "person")}
+        for i, t in enumerate(c.turns):
+            found = mentions.get(t.unit_id, ())
+            labels = {lab for _, lab in found}
+            flags["date"][i] = bool(labels & _DATE_LABELS) or bool(_TIME_RE.search(t.text))
+            flags["number"][i] = bool(labels & _NUMBER_LABELS) or bool(_NUM_RE.search(t.text))
+            flags["place"][i] = bool(labels & _PLACE_LABELS)
+            flags["person"][i] = any(lab == "PERSON" and name not in speakers for name, lab in found)
+        flags["duration"] = np.maximum(flags["date"], flags["number"])
+        c._type_flags = (version, flags)
+        return flags
+
     @cached_property
     def compat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Subject, answer-type and temporal compatibility per turn (eq. 15)."""
         c, p = self.corpus, self.profile
         subject = {s.lower() for s in p.subject_speakers}
         subj = np.array([1.0 if s.lower() in subject else 0.0 for s in c.speaker])
-        mentions = self.ctx.store("graph").context_mentions(self.ctx.boundary)
-        speakers = {normalize_entity(s) for s in c.speakers}
-        kind = p.answer_type
-        atype = np.zeros(self.n)
-        if kind in ("date", "duration", "number", "person", "place"):
-            for i, t in enumerate(c.turns):
-                labels = {lab for _, lab in mentions.get(t.unit_id, ())}
-                date_ok = bool(labels & _DATE_LABELS) or bool(_TIME_RE.search(t.text))
-                num_ok = bool(labels & _NUMBER_LABELS) or bool(_NUM_RE.search(t.text))
-                atype[i] = {
-                    "date": date_ok, "duration": date_ok or num_ok, "number": num_ok,
-                    "place": bool(labels & _PLACE_LABELS),
-                    "person": any(lab == "PERSON" and name not in speakers for name, lab in mentions.get(t.unit_id, ())),
-                }[kind]
+        atype = self._type_flags().get(p.answer_type, np.zeros(self.n))
         tcomp = np.zeros(self.n)
         if p.interval is not None:
             lo, hi = p.interval
@@ -228,7 +238,7 @@ class ZeroMem:
         for _ in range(cfg.propagation_steps):
             gained: dict[str, float] = {}
             for z in graph.co_sentences(self.ctx.boundary, list(act)):
-                w = max(sims.get(z.sentence_id, 0.0), 0.0)
+                w = max(sims.get(unit_key(z.sentence_id), 0.0), 0.0)
                 zact = sum(act.get(e, 0.0) for e in z.entity_ids)
                 if w and zact:
                     for e in z.entity_ids:
