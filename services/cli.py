@@ -263,6 +263,7 @@ async def cmd_demo(args) -> int:
             print(f"   {s.view:<9} {s.backend:<8} generation {s.generation}  position {sum(s.positions.values())}/{sum(s.end_offsets.values())}  lag {s.lag_events}")
         print("\n3. what each view holds for conversation 'lisbon-trip' (tenant 'demo'):")
         describe(pipeline, Boundary("demo", ("lisbon-trip",)), out=lambda s: print("   " + s), probe="Maya vegetarian dinner")
+        await asyncio.to_thread(_demo_questions, settings, pipeline.backends)
         print(f"\ndone in {time.perf_counter() - t0:.1f}s. Try: memstream status | memstream serve | memstream replay --projection all")
     finally:
         await pipeline.close()
@@ -345,6 +346,44 @@ async def cmd_eval(args) -> int:
     print(table(report, budgets))
     print(f"reader requests: {report['reader_requests']}; refused outbound connections: {report['refused_connections']}")
     return 0
+
+
+DEMO_QUESTIONS = (
+    "When is the trip to Sintra?",
+    "What does Maya eat now?",
+    "Which flight takes them back to Berlin?",
+)
+
+
+def _demo_questions(settings, registry) -> None:
+    from schemas.query import SearchRequest
+    from services.api import build_query_service, build_reader
+    from services.views import LiveViews
+
+    views = LiveViews(registry)
+    service = build_query_service(settings, registry, views)
+    service.start()
+    reader = build_reader(settings)
+    print("\n4. Zero-Mem evidence for sample questions (no LLM call; each turn names its event and log position):")
+    try:
+        for question in DEMO_QUESTIONS:
+            request = SearchRequest(question=question, tenant_id="demo", conversation_id="lisbon-trip", max_turns=3)
+            result = service.search(request)
+            print(f"   Q: {question}   [route {result.route}, {result.timings_ms['total']:.0f} ms, {result.llm_tokens} LLM tokens]")
+            for e in result.evidence:
+                for t in e.turns:
+                    print(f"      [{t.occurred_at:%Y-%m-%d}] {t.speaker}: {t.text[:110]}  <- {t.event_id} @ p{t.partition}:{t.offset} ({e.role})")
+            if reader is not None:
+                from services.query.answering import answer
+
+                a = answer(service, reader, request)
+                print(f"      answer: {a.answer}")
+        if reader is None:
+            print("   (set MEMSTREAM_READER_URL to an OpenAI-compatible endpoint to also get calibrated answers)")
+    finally:
+        views.close()
+        if reader is not None:
+            reader.close()
 
 
 def cmd_serve(args) -> int:
