@@ -227,6 +227,10 @@ class SqliteGraphStore(SqliteViewBase):
                                     float(scores[t])) for t in top])
         return out
 
+    def entity_names(self, boundary: Boundary) -> dict[str, str]:
+        snap = self._snapshot(boundary)
+        return {snap.entity_names[i]: snap.entity_labels[i] for i in snap.named}
+
     def present(self, boundary: Boundary, entity_ids: list[str]) -> set[str]:
         snap = self._snapshot(boundary)
         return {e for e in entity_ids if e in snap.index and snap.index[e] >= len(snap.contexts)}
@@ -251,7 +255,8 @@ class SqliteGraphStore(SqliteViewBase):
         return dict(out)
 
     def personalized_pagerank(self, boundary: Boundary, reset: dict[str, float], damping: float, *, adjacency_weight: float = 1.0,
-                              exclude_labels: tuple[str, ...] = (), max_iterations: int = 50, tolerance: float = 1e-7) -> dict[str, float]:
+                              exclude_labels: tuple[str, ...] = (), max_share: float = 1.0, max_iterations: int = 50,
+                              tolerance: float = 1e-7) -> dict[str, float]:
         snap = self._snapshot(boundary)
         n = len(snap.index)
         r = np.zeros(n)
@@ -262,7 +267,7 @@ class SqliteGraphStore(SqliteViewBase):
         if n == 0 or r.sum() <= 0:
             return {}
         r /= r.sum()
-        P = self._transitions(snap, adjacency_weight, tuple(sorted(exclude_labels)))
+        P = self._transitions(snap, adjacency_weight, tuple(sorted(exclude_labels)), max_share)
         PT = P.T.tocsr()
         dangling = np.asarray(P.sum(axis=1)).ravel() == 0
         pi = r.copy()
@@ -275,14 +280,16 @@ class SqliteGraphStore(SqliteViewBase):
         return {cid: float(pi[i]) for i, cid in enumerate(snap.contexts)}
 
     @staticmethod
-    def _transitions(snap: _Snapshot, adjacency_weight: float, exclude_labels: tuple[str, ...]) -> sp.csr_matrix:
-        key = (adjacency_weight, exclude_labels)
+    def _transitions(snap: _Snapshot, adjacency_weight: float, exclude_labels: tuple[str, ...], max_share: float = 1.0) -> sp.csr_matrix:
+        key = (adjacency_weight, exclude_labels, max_share)
         P = snap.transitions.get(key)
         if P is None:
             nc = len(snap.contexts)
             mm = snap.mention_matrix
-            if exclude_labels:
+            if exclude_labels or max_share < 1.0:
+                degree = np.asarray((mm > 0).sum(axis=0)).ravel()
                 keep = np.array([lab not in exclude_labels for lab in snap.entity_labels], dtype=float)
+                keep *= degree <= max_share * max(nc, 1)
                 mm = mm @ sp.diags(keep)
             if not nc:
                 A = sp.csr_matrix((0, 0))

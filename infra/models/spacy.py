@@ -54,6 +54,12 @@ class SpacyEntityExtractor:
         self.load_seconds = time.perf_counter() - t0
         log.info("ner loaded model=%s seconds=%.2f", self.model_name, self.load_seconds)
 
+    def label_glossary(self) -> dict[str, str]:
+        import spacy
+
+        self.start()
+        return {label: spacy.explain(label) or label for label in self._nlp.get_pipe("ner").labels}
+
     def analyze(self, texts: list[str]) -> list[AnalyzedText]:
         self.start()
         out = []

@@ -95,6 +95,10 @@ class GraphStore(ViewStore, Protocol):
         most similar by cosine. Keyword nodes take part only through exact names."""
         ...
 
+    def entity_names(self, boundary: Boundary) -> dict[str, str]:
+        """Normalised name -> label of the named entities (not keywords) mentioned inside the boundary."""
+        ...
+
     def present(self, boundary: Boundary, entity_ids: list[str]) -> set[str]:
         """The given entities that are mentioned inside the boundary."""
         ...
@@ -112,11 +116,12 @@ class GraphStore(ViewStore, Protocol):
 
     def personalized_pagerank(
         self, boundary: Boundary, reset: dict[str, float], damping: float, *, adjacency_weight: float = 1.0,
-        exclude_labels: tuple[str, ...] = (), max_iterations: int = 50, tolerance: float = 1e-7,
+        exclude_labels: tuple[str, ...] = (), max_share: float = 1.0, max_iterations: int = 50, tolerance: float = 1e-7,
     ) -> dict[str, float]:
         """PPR over the boundary's graph: pi = (1-damping)*r + damping * P^T pi, with r the
         normalised `reset` (node id -> mass; ids outside the boundary ignored) and P the
         row-normalised weights: eq. 4 weights on entity–context edges, `adjacency_weight` on
-        turn–turn edges. Entities whose label is in `exclude_labels` (e.g. SPEAKER) are left out.
+        turn–turn edges. Entities whose label is in `exclude_labels` (e.g. SPEAKER), or that are
+        mentioned by more than `max_share` of the boundary's contexts (hubs), are left out.
         Returns scores of context nodes (turn ids); an empty reset returns {}."""
         ...

@@ -51,3 +51,7 @@ class EntityExtractor(Protocol):
     model_name: str
 
     def analyze(self, texts: list[str]) -> list[AnalyzedText]: ...
+
+    def label_glossary(self) -> dict[str, str]:
+        """Each entity label the model predicts, with the model's own description of it."""
+        ...

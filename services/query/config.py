@@ -27,6 +27,16 @@ class ZeroMemConfig:
     prf_weight: float = 0.0  # dense pseudo-relevance feedback (Rocchio) share; 0 = off
     prf_k: int = 3
     prf_alpha: float = 0.5
+    # lexical pseudo-relevance feedback (RM3-like): the top turns' most distinctive words become
+    # a second BM25 query, mixed into the turn relevance
+    lexical_prf_weight: float = 0.0
+    lexical_prf_docs: int = 5
+    lexical_prf_terms: int = 10
+    lexical_prf_types: tuple[str, ...] = ("list",)
+    # -- profile
+    # How the question's entities are found: "ner" runs the NER model on the question (~6 ms);
+    # "lexicon" matches the boundary's known entity names and capitalised phrases (~0.1 ms).
+    question_entities: Literal["ner", "lexicon"] = "ner"
     # -- graph view (eq. 8-10)
     align_min: float = 0.5  # min cosine for aligning a query entity to a graph entity
     keyword_activation: float = 1.0  # activation of keyword nodes matched by stem
@@ -35,6 +45,7 @@ class ZeroMemConfig:
     beta_entities: float = 0.8  # reset mass on entity activations; the rest on dense context priors
     prior_top: int = 20  # contexts that receive a dense prior
     adjacency_weight: float = 1.0
+    hub_share: float = 1.0  # entities mentioned by more than this share of the contexts are left out of the walk
     gamma: float = 0.8  # PPR continuation (paper: 0.6)
     ppr_iterations: int = 30
     g_lexical: float = 0.2  # exact lexical refinement of the graph ranking
@@ -55,6 +66,10 @@ class ZeroMemConfig:
     c_type_relational: float = 0.2
     c_time: float = 0.6
     time_tau_days: float = 14.0
+    # answer label: the entity label whose description (the NER model's own glossary) is most
+    # similar to the noun a what/which question asks for ("books" -> WORK_OF_ART)
+    c_label: float = 0.0
+    label_min: float = 0.35
     extra: dict[str, Any] = field(default_factory=dict)
 
     def with_(self, **changes: Any) -> "ZeroMemConfig":

@@ -31,6 +31,20 @@ _D_MDY = re.compile(r"\b" + _MON + r" (\d{1,2}),? (\d{4})\b", re.I)
 _D_MY = re.compile(r"\b" + _MON + r",? (\d{4})\b", re.I)
 _D_Y = re.compile(r"\b(19\d\d|20\d\d)\b")
 
+_NOT_NOUNS = frozenset({"is", "are", "was", "were", "does", "did", "do", "has", "have", "had", "would", "could", "can", "will",
+                        "should", "might", "may", "the", "a", "an", "his", "her", "their", "my", "your", "our", "its", "kind",
+                        "kinds", "type", "types", "sort", "sorts", "of", "to", "in", "on", "for", "about", "made", "happened"})
+_ANSWER_NOUN = re.compile(r"\b(?:what|which)\s+(?:(?:kinds?|types?|sorts?) of\s+)?([a-z]+)", re.I)
+
+
+def answer_noun(question: str) -> str | None:
+    """The noun a what/which question asks for ("What books …" -> "books"), if any."""
+    m = _ANSWER_NOUN.search(question)
+    if m and m.group(1).lower() not in _NOT_NOUNS:
+        return m.group(1).lower()
+    return None
+
+
 ANSWER_TYPES = ("date", "duration", "number", "place", "person", "yesno", "list", "description")
 
 
@@ -118,6 +132,7 @@ class Profile:
     relative: bool
     ordering: bool
     years: list[int] = field(default_factory=list)
+    noun: str | None = None  # what a what/which question asks for
 
     @property
     def other_entities(self) -> list[str]:
@@ -127,6 +142,7 @@ class Profile:
     def as_dict(self) -> dict[str, Any]:
         return {
             "subject": self.subject_speakers, "entities": self.entities, "keywords": self.keywords, "answer_type": self.answer_type,
+            "answer_noun": self.noun,
             "temporal": {"interval": [d.isoformat() for d in self.interval] if self.interval else None, "relative": self.relative,
                          "ordering": self.ordering, "years": self.years},
         }
@@ -157,5 +173,5 @@ def build_profile(question: str, speakers: list[str], mentions: list[tuple[str, 
     return Profile(
         question=question, subject_speakers=subject, entities=names, entity_spans=spans, keywords=keywords(question),
         answer_type=answer_type(question), interval=interval, relative=relative, ordering=bool(_ORDER.search(question)),
-        years=[int(y) for y in _D_Y.findall(question)],
+        years=[int(y) for y in _D_Y.findall(question)], noun=answer_noun(question),
     )

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
 from schemas.text import normalize_entity
 from schemas.units import entity_id, unit_key
-from services.query.analysis import keyword_words, stem, tokens
+from services.query.analysis import keyword_words, stem, stop_words, tokens
 from services.query.config import DEFAULT, ZeroMemConfig
 from services.query.context import Candidate, QueryContext, Ranking
 from services.query.profile import MONTHS, WEEKDAYS, Profile, build_profile
@@ -54,6 +53,33 @@ def mm(x: np.ndarray) -> np.ndarray:
     if hi - lo < 1e-12:
         return np.ones_like(x, dtype=float)
     return (x - lo) / (hi - lo)
+
+
+_WORDS_RE = re.compile(r"[A-Za-z0-9][\w'’&.-]*")
+_CAPITALISED = re.compile(r"\b([A-Z][\w'’&.-]*(?:\s+[A-Z][\w'’&.-]*)*)")
+
+
+def lexicon_mentions(question: str, names: dict[str, str], max_words: int = 4) -> list[tuple[str, str, int, int]]:
+    """Entity mentions of a question without a model: the longest word n-grams that are names
+    the boundary already knows, then capitalised phrases (not the question's first word) as
+    names to align by embedding."""
+    words = [(m.start(), m.end()) for m in _WORDS_RE.finditer(question)]
+    taken = [False] * len(words)
+    found = []
+    for n in range(max_words, 0, -1):
+        for i in range(len(words) - n + 1):
+            if any(taken[i:i + n]):
+                continue
+            s, e = words[i][0], words[i + n - 1][1]
+            name = normalize_entity(question[s:e])
+            if name in names and name not in stop_words():
+                found.append((question[s:e], names[name], s, e))
+                taken[i:i + n] = [True] * n
+    for m in _CAPITALISED.finditer(question):
+        if m.start() == 0 or any(a < m.end() and m.start() < b for _, _, a, b in found):
+            continue
+        found.append((m.group(1), "UNKNOWN", m.start(), m.end()))
+    return sorted(found, key=lambda x: x[2])
 
 
 def route_rules(p: Profile) -> str:
@@ -92,22 +118,38 @@ class ZeroMem:
         self.cfg = cfg
         self.corpus = ctx.corpus
         self.n = ctx.corpus.n
+        # Results that depend only on the question and some constants are kept on the context,
+        # keyed by those constants, so that tuning can re-run the method under many configs.
+        self.memo: dict = ctx.__dict__.setdefault("_zeromem_memo", {})
+
+    def _memo(self, name: str, fields: tuple[str, ...], compute):
+        key = (name, *(getattr(self.cfg, f) for f in fields))
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
 
     # -- profile (eq. 6) -------------------------------------------------------------------
-    @cached_property
+    @property
     def profile(self) -> Profile:
+        return self._memo("profile", ("question_entities",), self._profile)
+
+    def _profile(self) -> Profile:
         q = self.ctx.request.question
         with self.ctx.timed("profile"):
-            mentions = []
-            if self.ctx.extractor is not None:
+            if self.cfg.question_entities == "lexicon" or self.ctx.extractor is None:
+                mentions = lexicon_mentions(q, self.ctx.store("graph").entity_names(self.ctx.boundary))
+            else:
                 mentions = [(m.text, m.label, m.start, m.end) for m in self.ctx.extractor.analyze([q])[0].mentions]
             as_of = self.ctx.request.as_of or (max(self.corpus.occurred) if self.corpus.occurred else None)
             p = build_profile(q, self.corpus.speakers, mentions, as_of)
         self.ctx.profile_dict = p.as_dict()
         return p
 
-    @cached_property
+    @property
     def entity_vectors(self) -> np.ndarray:
+        return self._memo("entity_vectors", ("question_entities",), self._entity_vectors)
+
+    def _entity_vectors(self) -> np.ndarray:
         """The question's vector and its entities' vectors from one encoder pass: entity spans
         are pooled from the question's own token states (late chunking)."""
         p = self.profile
@@ -117,8 +159,11 @@ class ZeroMem:
         return enc.spans
 
     # -- signals ---------------------------------------------------------------------------
-    @cached_property
+    @property
     def lexcov(self) -> np.ndarray:
+        return self._memo("lexcov", (), self._lexcov)
+
+    def _lexcov(self) -> np.ndarray:
         """Share of the question's keywords (those the boundary knows) each turn contains."""
         stems = _turn_arrays(self.corpus).stems
         kws = set(self.profile.keywords)
@@ -147,11 +192,19 @@ class ZeroMem:
             flags["place"][i] = bool(labels & _PLACE_LABELS)
             flags["person"][i] = any(lab == "PERSON" and name not in speakers for name, lab in found)
         flags["duration"] = np.maximum(flags["date"], flags["number"])
+        for i, t in enumerate(c.turns):
+            for name, lab in mentions.get(t.unit_id, ()):
+                if lab == "PERSON" and name in speakers:
+                    continue
+                flags.setdefault("label:" + lab, np.zeros(self.n))[i] = 1.0
         c._type_flags = (version, flags)
         return flags
 
-    @cached_property
+    @property
     def compat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._memo("compat", ("time_tau_days",), self._compat)
+
+    def _compat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Subject, answer-type and temporal compatibility per turn (eq. 15)."""
         c, p = self.corpus, self.profile
         subject = {s.lower() for s in p.subject_speakers}
@@ -166,6 +219,25 @@ class ZeroMem:
                 tcomp[i] = max(0.0, 1.0 - gap / self.cfg.time_tau_days)
         return subj, atype, tcomp
 
+    @property
+    def answer_label(self) -> tuple[str | None, float]:
+        return self._memo("answer_label", (), self._answer_label)
+
+    def _answer_label(self) -> tuple[str | None, float]:
+        noun = self.profile.noun
+        if noun is None or self.ctx.extractor is None:
+            return None, 0.0
+        labels, vectors = _glossary_vectors(self.ctx.extractor, self.ctx.encoder)
+        sims = vectors @ _word_vector(self.ctx.encoder, noun)
+        best = int(np.argmax(sims))
+        return labels[best], float(sims[best])
+
+    def label_flags(self) -> np.ndarray:
+        label, score = self.answer_label
+        if label is None or score < self.cfg.label_min:
+            return np.zeros(self.n)
+        return self._type_flags()["label:" + label] if "label:" + label in self._type_flags() else np.zeros(self.n)
+
     def _dense(self, kind: str, level: int | None = None) -> np.ndarray:
         cfg = self.cfg
         base = mm(self.ctx.dense(kind, level))
@@ -173,8 +245,11 @@ class ZeroMem:
             return base
         return (1 - cfg.prf_weight) * base + cfg.prf_weight * mm(self.ctx.dense(kind, level, self.prf_vector))
 
-    @cached_property
+    @property
     def prf_vector(self) -> np.ndarray:
+        return self._memo("prf", ("prf_k", "prf_alpha"), self._prf_vector)
+
+    def _prf_vector(self) -> np.ndarray:
         """Rocchio feedback in the dense space from the top turns of a BM25 + dense first pass."""
         first = mm(self.ctx.bm25("turn")) + mm(self.ctx.dense("turn"))
         top = np.argsort(-first, kind="stable")[: self.cfg.prf_k]
@@ -184,11 +259,49 @@ class ZeroMem:
         return (q / np.linalg.norm(q)).astype(np.float32)
 
     # -- hierarchy view (eq. 11) -------------------------------------------------------------
-    @cached_property
+    HIERARCHY_FIELDS = ("a_lex", "w_turn", "w_windows", "w_episode", "w_neighbour", "h_lexical", "h_info", "prf_weight", "prf_k", "prf_alpha",
+                        "lexical_prf_weight", "lexical_prf_docs", "lexical_prf_terms", "lexical_prf_types")
+    GRAPH_FIELDS = ("question_entities", "align_min", "keyword_activation", "propagation_steps", "propagation_weight", "beta_entities", "prior_top",
+                    "adjacency_weight", "hub_share", "gamma", "ppr_iterations")
+
+    @property
     def hierarchy(self) -> np.ndarray:
+        return self._memo("hierarchy", self.HIERARCHY_FIELDS, self._hierarchy)
+
+    def _expansion(self) -> np.ndarray:
+        """BM25 of an expansion query built from the top turns of a first pass (RM3-like)."""
+        cfg, c = self.cfg, self.corpus
+        first = mm(self.ctx.bm25("turn")) + mm(self.ctx.dense("turn"))
+        top = np.argsort(-first, kind="stable")[: cfg.lexical_prf_docs]
+        stems = _turn_arrays(c).stems
+        df: dict[str, int] = {}
+        for bag in stems:
+            for t in bag:
+                df[t] = df.get(t, 0) + 1
+        query = set(self.profile.keywords) | {w for s in c.speakers for w in tokens(s)}
+        weight: dict[str, float] = {}
+        for i in top:
+            for t in stems[i]:
+                if t not in query and df[t] > 1 and not t.isdigit():
+                    weight[t] = weight.get(t, 0.0) + float(first[i]) * np.log(c.n / df[t])
+        terms = [t for t, _ in sorted(weight.items(), key=lambda kv: (-kv[1], kv[0]))[: cfg.lexical_prf_terms]]
+        if not terms:
+            return np.zeros(self.n)
+        keys, scores = self.ctx.store("lexical").score_units("turn", " ".join(terms), self.ctx.boundary, c.n)
+        out = np.zeros(self.n)
+        for k, v in zip(keys.tolist(), scores.tolist()):
+            i = c.keys.get(k)
+            if i is not None:
+                out[i] = v
+        return out
+
+    def _hierarchy(self) -> np.ndarray:
         cfg, c, a = self.cfg, self.corpus, self.cfg.a_lex
         with self.ctx.timed("hierarchy_view"):
             rel_turn = a * mm(self.ctx.bm25("turn")) + (1 - a) * self._dense("turn")
+            if cfg.lexical_prf_weight and self.profile.answer_type in cfg.lexical_prf_types:
+                expansion = self._memo("expansion", ("lexical_prf_docs", "lexical_prf_terms"), self._expansion)
+                rel_turn = rel_turn + cfg.lexical_prf_weight * mm(expansion)
             h = cfg.w_turn * rel_turn
             for (size, level), weight in zip(sorted(c.windows.items()), cfg.w_windows):
                 if weight and level.units:
@@ -210,8 +323,11 @@ class ZeroMem:
         return np.where(np.isfinite(out), out, 0.0)
 
     # -- graph view (eq. 8-10) -----------------------------------------------------------------
-    @cached_property
+    @property
     def activations(self) -> dict[str, float]:
+        return self._memo("activations", ("question_entities", "align_min", "keyword_activation"), self._activations)
+
+    def _activations(self) -> dict[str, float]:
         """Eq. 8: query entities aligned to graph entities (exact name, else cosine), plus
         keyword nodes matched by stem."""
         cfg, p, graph, b = self.cfg, self.profile, self.ctx.store("graph"), self.ctx.boundary
@@ -252,8 +368,11 @@ class ZeroMem:
                 act[e] = act.get(e, 0.0) + v * scale
         return act
 
-    @cached_property
+    @property
     def graph_scores(self) -> np.ndarray | None:
+        return self._memo("graph_scores", self.GRAPH_FIELDS, self._graph_scores)
+
+    def _graph_scores(self) -> np.ndarray | None:
         """Raw PPR scores of the boundary's contexts, or None when no entity aligns (eq. 10)."""
         cfg = self.cfg
         with self.ctx.timed("graph_view"):
@@ -270,7 +389,8 @@ class ZeroMem:
                 tid = self.corpus.turns[i].unit_id
                 reset[tid] = reset.get(tid, 0.0) + (1 - cfg.beta_entities) * float(w)
             pi = self.ctx.store("graph").personalized_pagerank(
-                self.ctx.boundary, reset, cfg.gamma, adjacency_weight=cfg.adjacency_weight, max_iterations=cfg.ppr_iterations)
+                self.ctx.boundary, reset, cfg.gamma, adjacency_weight=cfg.adjacency_weight, max_share=cfg.hub_share,
+                max_iterations=cfg.ppr_iterations)
         s = np.zeros(self.n)
         for tid, v in pi.items():
             i = self.corpus.index.get(tid)
@@ -278,7 +398,7 @@ class ZeroMem:
                 s[i] = v
         return s
 
-    @cached_property
+    @property
     def graph(self) -> np.ndarray:
         s = self.graph_scores
         if s is None:
@@ -286,7 +406,7 @@ class ZeroMem:
         return mm(s) + self.cfg.g_lexical * self.lexcov
 
     # -- fusion, closure, calibration ----------------------------------------------------------
-    @cached_property
+    @property
     def route(self) -> str:
         return route_rules(self.profile) if self.cfg.route == "rules" else self.cfg.route
 
@@ -340,6 +460,8 @@ class ZeroMem:
                 cs = self.cfg.c_subject_relational if relational else self.cfg.c_subject
                 ct = self.cfg.c_type_relational if relational else self.cfg.c_type
                 score = score + cs * subj + ct * atype + self.cfg.c_time * tcomp
+                if self.cfg.c_label:
+                    score = score + self.cfg.c_label * self.label_flags()
             ranked = sorted(range(self.n), key=lambda i: (-score[i], i))
         primary = set(order[:k])
         graph_raw = self.graph_scores
@@ -355,6 +477,28 @@ class ZeroMem:
             candidates.append(Candidate(self.corpus.turns[i].unit_id, "turn", [i], role, scores))
         notes = [] if graph_raw is not None else ["graph view: no query entity aligned; dense ranking used (paper's fallback)"]
         return Ranking(candidates, route=self.route if mode not in ("graph-only", "hierarchy-only") else mode.split("-")[0], notes=notes)
+
+
+_GLOSSARY: dict[int, tuple[list[str], np.ndarray]] = {}
+_WORDS: dict[tuple[int, str], np.ndarray] = {}
+
+
+def _glossary_vectors(extractor, encoder) -> tuple[list[str], np.ndarray]:
+    key = id(encoder)
+    if key not in _GLOSSARY:
+        glossary = {k: v for k, v in extractor.label_glossary().items() if k not in ("CARDINAL", "ORDINAL", "PERCENT", "QUANTITY", "MONEY")}
+        labels = sorted(glossary)
+        _GLOSSARY[key] = (labels, encoder.encode([glossary[k] for k in labels]))
+    return _GLOSSARY[key]
+
+
+def _word_vector(encoder, word: str) -> np.ndarray:
+    key = (id(encoder), word)
+    if key not in _WORDS:
+        if len(_WORDS) > 4096:
+            _WORDS.clear()
+        _WORDS[key] = encoder.encode([word])[0]
+    return _WORDS[key]
 
 
 def _finite(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,184 @@
+"""Choose Zero-Mem's constants on the LoCoMo dev split by leave-one-conversation-out.
+
+    .venv/bin/python benchmarks/tune_zeromem.py --data-dir DIR [--ingest] [--out bench-results/tuning.json]
+
+For each of the five conversations: coordinate descent over a small grid per constant
+(services/query/config.py), maximising the mean of recall@10 and recall@25 on the *other four*,
+then recall on the held-out one. The LOCO figure is the honest estimate of the method; the
+configuration tuned on all five is printed too (it is what config.py ships, and what
+`memstream eval` measures in-sample). Signals that do not depend on the constants are computed
+once per question (the views are queried through the same ports as in production).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from infra.registry import Registry  # noqa: E402
+from infra.settings import Settings  # noqa: E402
+from schemas.query import SearchRequest  # noqa: E402
+from services.eval.locomo import ingest, questions  # noqa: E402
+from services.eval.metrics import parse_ref  # noqa: E402
+from services.query.config import DEFAULT, ZeroMemConfig  # noqa: E402
+from services.query.context import QueryContext  # noqa: E402
+from services.query.service import QueryService  # noqa: E402
+from services.query.zeromem import ZeroMem  # noqa: E402
+from services.views import LiveViews  # noqa: E402
+from streams.sources import locomo  # noqa: E402
+
+DEFAULT_LOCOMO = Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo-dev.json"
+BUDGETS = (10, 25)
+
+GRID: dict[str, list] = {
+    "a_lex": [0.3, 0.4, 0.5, 0.6, 0.7],
+    "w_turn": [0.4, 0.7, 1.0],
+    "w_windows": [(0.5, 0.5), (1.0, 1.0), (1.5, 1.0), (1.0, 1.5), (0.5, 1.0), (1.0, 0.5)],
+    "w_episode": [0.0, 0.25, 0.5, 0.75],
+    "w_neighbour": [0.0, 0.1, 0.2],
+    "h_lexical": [0.0, 0.2, 0.4, 0.6],
+    "h_info": [0.0, 0.2, 0.35, 0.5, 0.7],
+    "prf_weight": [0.0, 0.25],
+    "beta_entities": [0.5, 0.65, 0.8, 0.9],
+    "gamma": [0.6, 0.7, 0.8],
+    "adjacency_weight": [0.5, 1.0, 2.0],
+    "hub_share": [1.0, 0.3, 0.1],
+    "g_lexical": [0.0, 0.2, 0.4],
+    "rho": [0.5, 0.6, 0.7, 0.8],
+    "route": ["local", "rules"],
+    "closure_graph": [0, 3, 5],
+    "closure_bonus": [0.02, 0.05, 0.1],
+    "c_subject": [0.1, 0.2, 0.3],
+    "c_type": [0.1, 0.2, 0.3, 0.4],
+    "c_subject_relational": [0.1, 0.2, 0.3],
+    "c_type_relational": [0.1, 0.2, 0.3],
+    "c_time": [0.2, 0.4, 0.6, 0.8],
+    "c_label": [0.0, 0.1, 0.2, 0.3],
+    "label_min": [0.3, 0.4, 0.5],
+    "lexical_prf_weight": [0.0, 0.2, 0.4],
+    "lexical_prf_types": [("list",), ("list", "description")],
+}
+
+
+class Bench:
+    """Per-question contexts kept alive across configurations (their caches hold the signals)."""
+
+    def __init__(self, data_dir: Path, path: Path):
+        settings = Settings.load(data_dir=data_dir)
+        self.registry = Registry(settings)
+        self.views = LiveViews(self.registry)
+        self.service = QueryService(self.views, self.registry.encoder(), self.registry.extractor())
+        self.service.start()
+        samples = locomo.load(path)
+        self.qs = questions(samples, None)
+        self.convs = sorted({q.conversation for q in self.qs})
+        self.conv_of = np.array([self.convs.index(q.conversation) for q in self.qs])
+        self.category = np.array([q.category for q in self.qs])
+        self.ctxs: list[QueryContext] = []
+        self.gold: list[tuple[set[int], int]] = []
+        for q in self.qs:
+            req = SearchRequest(question=q.question, tenant_id="locomo", conversation_id=q.conversation, max_turns=max(BUDGETS))
+            boundary = self.service.boundary(req)
+            corpus = self.service.corpora.get(self.views.store("hierarchy"), boundary)
+            ctx = QueryContext(req, boundary, corpus, self.views, self.service.encoder, self.service.extractor)
+            pos = {parse_ref((t.provenance.source_refs or (None,))[0]): i for i, t in enumerate(corpus.turns)}
+            self.gold.append(({pos[g] for g in q.gold if g in pos}, len(q.gold)))
+            self.ctxs.append(ctx)
+
+    def recalls(self, cfg: ZeroMemConfig, idx: np.ndarray, mode: str = "zero-mem") -> dict[int, np.ndarray]:
+        out = {b: np.zeros(len(idx)) for b in BUDGETS}
+        for j, i in enumerate(idx):
+            ranking = ZeroMem(self.ctxs[i], cfg).rank(mode)
+            order = [c.turns[0] for c in ranking.candidates]
+            gold, n = self.gold[i]
+            for b in BUDGETS:
+                out[b][j] = len(gold & set(order[:b])) / n
+        return out
+
+    def objective(self, cfg: ZeroMemConfig, idx: np.ndarray) -> float:
+        r = self.recalls(cfg, idx)
+        return float(np.mean([r[b].mean() for b in BUDGETS]))
+
+
+def tune(bench: Bench, idx: np.ndarray, start: ZeroMemConfig, passes: int = 2, log=print) -> tuple[ZeroMemConfig, float]:
+    best, best_score = start, bench.objective(start, idx)
+    for p in range(passes):
+        improved = False
+        for name, values in GRID.items():
+            for v in values:
+                if getattr(best, name) == v:
+                    continue
+                cand = best.with_(**{name: v})
+                score = bench.objective(cand, idx)
+                if score > best_score + 1e-6:
+                    best, best_score, improved = cand, score, True
+                    log(f"   pass {p} {name}={v} -> {score:.4f}")
+        if not improved:
+            break
+    return best, best_score
+
+
+def summarize(bench: Bench, rec: dict[int, np.ndarray], idx: np.ndarray) -> dict:
+    names = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+    out = {}
+    for b in BUDGETS:
+        row = {"all": round(float(rec[b].mean()), 4)}
+        for c, name in names.items():
+            m = bench.category[idx] == c
+            row[name] = round(float(rec[b][m].mean()), 4) if m.any() else None
+        out[f"budget_{b}"] = row
+    return out
+
+
+async def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data-dir", type=Path, required=True)
+    ap.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
+    ap.add_argument("--ingest", action="store_true", help="ingest the dev split into --data-dir first")
+    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    if args.ingest:
+        settings = Settings.load(data_dir=args.data_dir)
+        await ingest(settings, Registry(settings), locomo.load(args.locomo), "locomo", None)
+    t0 = time.perf_counter()
+    bench = Bench(args.data_dir, args.locomo)
+    everything = np.arange(len(bench.qs))
+    print(f"{len(bench.qs)} questions; shipped config: {summarize(bench, bench.recalls(DEFAULT, everything), everything)}", flush=True)
+    loco = {b: np.zeros(len(bench.qs)) for b in BUDGETS}
+    folds = []
+    for c, conv in enumerate(bench.convs):
+        train, test = np.where(bench.conv_of != c)[0], np.where(bench.conv_of == c)[0]
+        cfg, score = tune(bench, train, DEFAULT, args.passes)
+        r = bench.recalls(cfg, test)
+        for b in BUDGETS:
+            loco[b][test] = r[b]
+        folds.append({"held_out": conv, "train_objective": round(score, 4), "test": {f"budget_{b}": round(float(r[b].mean()), 4) for b in BUDGETS},
+                      "config": {k: v for k, v in asdict(cfg).items() if k != "extra" and v != getattr(DEFAULT, k)}})
+        print(f"fold {conv}: train {score:.4f} test B10 {r[10].mean():.4f} B25 {r[25].mean():.4f} ({time.perf_counter() - t0:.0f}s)", flush=True)
+    overall, score = tune(bench, everything, DEFAULT, args.passes)
+    report = {
+        "loco": summarize(bench, loco, everything), "folds": folds,
+        "global": {"objective": round(score, 4), "recall": summarize(bench, bench.recalls(overall, everything), everything),
+                   "config_changes": {k: v for k, v in asdict(overall).items() if k != "extra" and v != getattr(DEFAULT, k)}},
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    print(json.dumps(report, indent=2, default=str))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    bench.views.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
