@@ -97,11 +97,10 @@ class Bench:
     def recalls(self, cfg: ZeroMemConfig, idx: np.ndarray, mode: str = "zero-mem") -> dict[int, np.ndarray]:
         out = {b: np.zeros(len(idx)) for b in BUDGETS}
         for j, i in enumerate(idx):
-            ranking = ZeroMem(self.ctxs[i], cfg).rank(mode)
-            order = [c.turns[0] for c in ranking.candidates]
+            order = ZeroMem(self.ctxs[i], cfg).order(mode)
             gold, n = self.gold[i]
             for b in BUDGETS:
-                out[b][j] = len(gold & set(order[:b])) / n
+                out[b][j] = len(gold.intersection(order[:b].tolist())) / n
         return out
 
     def objective(self, cfg: ZeroMemConfig, idx: np.ndarray) -> float:
@@ -144,7 +143,8 @@ async def main() -> int:
     ap.add_argument("--data-dir", type=Path, required=True)
     ap.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
     ap.add_argument("--ingest", action="store_true", help="ingest the dev split into --data-dir first")
-    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--passes", type=int, default=2, help="coordinate-descent passes for the configuration tuned on all five")
+    ap.add_argument("--fold-passes", type=int, default=1, help="passes per leave-one-out fold")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if args.ingest:
@@ -158,7 +158,7 @@ async def main() -> int:
     folds = []
     for c, conv in enumerate(bench.convs):
         train, test = np.where(bench.conv_of != c)[0], np.where(bench.conv_of == c)[0]
-        cfg, score = tune(bench, train, DEFAULT, args.passes)
+        cfg, score = tune(bench, train, DEFAULT, args.fold_passes)
         r = bench.recalls(cfg, test)
         for b in BUDGETS:
             loco[b][test] = r[b]

@@ -444,16 +444,17 @@ class ZeroMem:
                     bonus[j] = bonus.get(j, 0.0) + cfg.neighbour_bonus
         return bonus
 
-    def rank(self, mode: str = "zero-mem") -> Ranking:
+    def scores(self, mode: str = "zero-mem") -> tuple[np.ndarray, dict[int, float], np.ndarray]:
+        """(fused score, closure bonuses, calibrated score) per turn."""
         if mode not in MODES:
             raise ValueError(f"unknown Zero-Mem mode {mode!r}")
         self.entity_vectors  # one encoder pass gives the question vector and its entity vectors
         fused = self.fused(mode)
-        order = sorted(range(self.n), key=lambda i: (-fused[i], i))
-        k = self.ctx.request.k
-        bonus = {} if mode == "no-closure" else self.closure(order)
+        bonus = {} if mode == "no-closure" else self.closure(_order(fused).tolist())
         with self.ctx.timed("calibration"):
-            score = fused + np.array([bonus.get(i, 0.0) for i in range(self.n)])
+            score = fused.copy()
+            for i, b in bonus.items():
+                score[i] += b
             if mode != "no-calibration":
                 subj, atype, tcomp = self.compat
                 relational = self.route == "relational"
@@ -462,12 +463,21 @@ class ZeroMem:
                 score = score + cs * subj + ct * atype + self.cfg.c_time * tcomp
                 if self.cfg.c_label:
                     score = score + self.cfg.c_label * self.label_flags()
-            ranked = sorted(range(self.n), key=lambda i: (-score[i], i))
-        primary = set(order[:k])
-        graph_raw = self.graph_scores
+        return fused, bonus, score
+
+    def order(self, mode: str = "zero-mem") -> np.ndarray:
+        """Turn positions in evidence order."""
+        return _order(self.scores(mode)[2])
+
+    def rank(self, mode: str = "zero-mem") -> Ranking:
+        fused, bonus, score = self.scores(mode)
+        ranked = _order(score)
+        k, budget = self.ctx.request.k, self.ctx.request.max_turns
+        primary = set(_order(fused)[:k].tolist())
+        graph_raw = self.graph_scores if mode != "hierarchy-only" else None
         h = self.hierarchy if mode != "graph-only" else None
         candidates = []
-        for i in ranked:
+        for i in ranked[: max(budget, k)].tolist():  # each candidate is one turn: the budget bounds the list
             role = "primary" if i in primary else ("bridge" if bonus.get(i) else "fill")
             scores = {"fused": float(fused[i]), "calibrated": float(score[i])}
             if h is not None:
@@ -475,8 +485,14 @@ class ZeroMem:
             if graph_raw is not None:
                 scores["graph"] = float(graph_raw[i])
             candidates.append(Candidate(self.corpus.turns[i].unit_id, "turn", [i], role, scores))
-        notes = [] if graph_raw is not None else ["graph view: no query entity aligned; dense ranking used (paper's fallback)"]
+        notes = [] if graph_raw is not None or mode == "hierarchy-only" else \
+            ["graph view: no query entity aligned; dense ranking used (paper's fallback)"]
         return Ranking(candidates, route=self.route if mode not in ("graph-only", "hierarchy-only") else mode.split("-")[0], notes=notes)
+
+
+def _order(score: np.ndarray) -> np.ndarray:
+    """Positions by descending score; ties keep conversation order."""
+    return np.lexsort((np.arange(len(score)), -score))
 
 
 _GLOSSARY: dict[int, tuple[list[str], np.ndarray]] = {}
