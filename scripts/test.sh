@@ -27,11 +27,13 @@ if ! command -v kcat >/dev/null 2>&1; then
   apt_install || { $sudo apt-get update -qq >/dev/null 2>&1 && apt_install; } || missing "could not install kcat with apt-get"
 fi
 
-# Real servers. Neo4j and OpenSearch come next: add them to SERVERS when their tests land
-# (start.sh prints NEO4J_URI=... / OPENSEARCH_URL=..., exported below as MEMSTREAM_TEST_NEO4J /
-# MEMSTREAM_TEST_OPENSEARCH; neo4j needs a JDK >= 21, neo4j-lts runs on 17).
-SERVERS=${MEMSTREAM_TEST_SERVERS-kafka}
+# Real servers: Kafka, OpenSearch and Neo4j + GDS (start.sh prints KAFKA_BOOTSTRAP=... /
+# OPENSEARCH_URL=... / NEO4J_URI=..., exported below as MEMSTREAM_TEST_*; neo4j needs a JDK >= 21,
+# which start.sh finds beside the default JDK).
+SERVERS=${MEMSTREAM_TEST_SERVERS-kafka opensearch neo4j}
 [ -n "${MEMSTREAM_TEST_KAFKA:-}" ] && SERVERS=${SERVERS//kafka/}
+[ -n "${MEMSTREAM_TEST_OPENSEARCH:-}" ] && SERVERS=${SERVERS//opensearch/}
+[ -n "${MEMSTREAM_TEST_NEO4J:-}" ] && SERVERS=${SERVERS//neo4j/}
 export MEMSTREAM_PYTHON=$PWD/.venv/bin/python
 state=$(mktemp -d "${TMPDIR:-/tmp}/memstream-test-servers.XXXXXX")
 rc=1

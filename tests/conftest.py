@@ -95,6 +95,30 @@ def kafka_bootstrap():
         pytest.skip(f"INTEGRATION NOT RUN: {exc}")
 
 
+@pytest.fixture(scope="session")
+def opensearch_url():
+    """An OpenSearch URL: $MEMSTREAM_TEST_OPENSEARCH, else a node started for this session."""
+    from tests.integration import servers
+
+    try:
+        with servers.opensearch() as url:
+            yield url
+    except servers.Unavailable as exc:
+        pytest.skip(f"INTEGRATION NOT RUN: {exc}")
+
+
+@pytest.fixture(scope="session")
+def neo4j_uri():
+    """A Neo4j + GDS Bolt URI: $MEMSTREAM_TEST_NEO4J, else a server started for this session."""
+    from tests.integration import servers
+
+    try:
+        with servers.neo4j() as uri:
+            yield uri
+    except servers.Unavailable as exc:
+        pytest.skip(f"INTEGRATION NOT RUN: {exc}")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """Under CI=true an integration test that skipped (no Java, no kcat, …) fails: CI must
