@@ -386,6 +386,45 @@ def _demo_questions(settings, registry) -> None:
             reader.close()
 
 
+def cmd_worker(args) -> int:
+    """Projections as faust workers on Kafka: one process and consumer group per projection."""
+    import signal
+    import subprocess
+    from urllib.parse import urlparse
+
+    settings = _settings(args)
+    if urlparse(settings.log.url).scheme != "kafka":
+        raise MemstreamError("`memstream worker` runs projections on Kafka (set MEMSTREAM_LOG_URL=kafka://host:port); "
+                             "with the embedded log, `memstream process` or `memstream serve` run them")
+    if args.projection is None:
+        argv = [sys.executable, "-m", "services.cli"] + (["--data-dir", args.data_dir] if args.data_dir else [])
+        procs = [subprocess.Popen([*argv, "worker", "--projection", v]) for v in VIEW_NAMES]
+
+        def forward(signum, _frame):
+            for p in procs:
+                p.send_signal(signum)
+
+        signal.signal(signal.SIGTERM, forward)
+        signal.signal(signal.SIGINT, forward)
+        return max(p.wait() for p in procs)
+
+    from services.runtime import build_pipeline
+    from streams.faust_worker import run_worker
+
+    pipeline = build_pipeline(settings, views=(args.projection,))
+
+    async def create_topics() -> None:  # before faust subscribes: it ignores missing topics
+        await pipeline.start_log()
+        await pipeline.log.close()
+
+    asyncio.run(create_topics())
+    pipeline = build_pipeline(settings, views=(args.projection,))
+    bootstrap = urlparse(settings.log.url).netloc
+    run_worker(pipeline, args.projection, bootstrap, batch_size=settings.runner.batch_size,
+               loglevel="INFO" if args.verbose else "WARNING")
+    return 0
+
+
 def cmd_serve(args) -> int:
     import uvicorn
 
@@ -483,6 +522,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--k", type=int, default=5, help="primary candidates M(q) before closure")
     s.add_argument("--out", help="write the JSON report here")
     s.set_defaults(func=cmd_eval)
+
+    s = sub.add_parser("worker", help="run projections as faust-streaming workers on Kafka")
+    s.add_argument("--projection", choices=VIEW_NAMES, help="one projection (default: one worker process per projection)")
+    s.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("serve", help="run the HTTP API (and, embedded, the projections in-process)")
     s.add_argument("--host")

@@ -78,6 +78,8 @@ class ProjectionRunner:
         self.metrics = metrics or NoMetrics()
         self.max_backoff = max_backoff
         self._positions: Positions | None = None
+        self._lock = asyncio.Lock()  # one batch at a time per view, whoever delivers it
+        self.commit_group = True  # False when another consumer (a faust app) owns the group
 
     @property
     def view(self) -> str:
@@ -93,6 +95,7 @@ class ProjectionRunner:
         return dict(self._positions)
 
     async def step(self) -> StepResult:
+        """Pull the next batch from the log (embedded runner), process it, commit the group."""
         positions = await self.positions()
         end = await self.log.end_offsets(self.topic)
         records: list[LogRecord] = []
@@ -100,13 +103,44 @@ class ProjectionRunner:
             start = positions.get(p, 0)
             if start < end[p]:
                 records.extend(await self.log.read(self.topic, p, start, max_records=self.batch_size))
-        if not records:
+        result = await self.process(records)
+        if result.records and self.commit_group:
+            await self.log.commit(self.group, self.topic, self._positions or {})
+        return result
+
+    async def process(self, records: Sequence[LogRecord]) -> StepResult:
+        """Process records delivered by any consumer (the embedded loop, a faust agent…).
+
+        The view's own positions decide: records below them were already applied (a redelivery
+        after a rebalance or crash) and are dropped; a gap before the first delivered record of
+        a partition (the group's commit ran ahead of this view generation) is read from the log
+        first, so nothing is skipped."""
+        async with self._lock:
+            return await self._process_new(records)
+
+    async def _process_new(self, records: Sequence[LogRecord]) -> StepResult:
+        positions = await self.positions()
+        by_partition: dict[int, list[LogRecord]] = {}
+        for r in records:
+            if r.offset >= positions.get(r.partition, 0):
+                by_partition.setdefault(r.partition, []).append(r)
+        batch: list[LogRecord] = []
+        for p, recs in sorted(by_partition.items()):
+            recs.sort(key=lambda r: r.offset)
+            start = positions.get(p, 0)
+            while recs[0].offset > start:
+                gap = await self.log.read(self.topic, p, start, max_records=min(self.batch_size, recs[0].offset - start))
+                if not gap:
+                    break
+                batch.extend(gap)
+                start = gap[-1].offset + 1
+            batch.extend(r for r in recs if r.offset >= start)
+        if not batch:
             return StepResult(0, 0)
         t0 = time.perf_counter()
-        dead = await self._process(records)
-        await self.log.commit(self.group, self.topic, self._positions or {})
-        self.metrics.batch_done(self.view, len(records), dead, time.perf_counter() - t0, [r.append_time for r in records])
-        return StepResult(len(records), dead)
+        dead = await self._process(batch)
+        self.metrics.batch_done(self.view, len(batch), dead, time.perf_counter() - t0, [r.append_time for r in batch])
+        return StepResult(len(batch), dead)
 
     async def _process(self, records: Sequence[LogRecord]) -> int:
         """Handle and apply `records`; returns how many were dead-lettered."""

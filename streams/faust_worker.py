@@ -1,0 +1,105 @@
+"""Projections on faust-streaming: `memstream worker --projection NAME` runs one faust app (one
+consumer group, `memstream.<view>`) whose agent feeds batches of records to the *same*
+projection logic and runner steps as the embedded mode (streams/runner.py). Faust is only the
+shell: partition assignment, rebalances, batching, acks.
+
+Delivery: the agent writes the view and its positions (store.apply) before it yields, and faust
+commits an offset only after the agent has processed the event, so commits always follow the
+view writes. After a rebalance the new owner may be handed records the view already holds (the
+group commit lags the view's positions by up to one commit interval): the runner drops every
+record below the view's own position for that partition, so nothing is written twice and
+nothing is skipped.
+
+A timer also catches the view up straight from the log whenever it lags and faust delivers
+nothing (e.g. the group's commits ran ahead of a freshly switched generation): positions, not
+the group, are the truth.
+
+Source topics are created by memstream (retention forever, broker append time) before the app
+starts: faust ignores a source topic that does not exist yet when the worker starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+
+from schemas.ports.event_log import LogRecord
+from schemas.ports.views import ViewName
+from streams.pipeline import Pipeline
+
+log = logging.getLogger(__name__)
+
+
+def to_record(event) -> LogRecord:
+    m = event.message
+    key = m.key.decode("utf-8", "replace") if isinstance(m.key, (bytes, bytearray)) else m.key
+    headers = tuple((k, v if isinstance(v, bytes) else str(v).encode()) for k, v in (m.headers or []))
+    value = event.value if isinstance(event.value, (bytes, bytearray)) else m.value
+    return LogRecord(m.topic, m.partition, m.offset, key, bytes(value), float(m.timestamp), headers)
+
+
+def build_app(pipeline: Pipeline, view: ViewName, bootstrap: str, *, batch_size: int = 256, within: float = 0.5,
+              session_timeout: float = 10.0, heartbeat: float = 1.0, rebalance_timeout: float = 5.0, catch_up_every: float = 2.0):
+    """A faust app with one agent projecting `view`. The pipeline must use the Kafka event log
+    and have been started for exactly this view."""
+    import faust
+
+    app = faust.App(
+        f"memstream.{view}",
+        broker=f"aiokafka://{bootstrap}",
+        store="memory://",
+        web_enabled=False,
+        datadir=tempfile.mkdtemp(prefix=f"memstream-faust-{view}-"),
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=session_timeout,
+        broker_heartbeat_interval=heartbeat,
+        broker_rebalance_timeout=rebalance_timeout,
+        topic_allow_declare=False,  # memstream creates its topics with their retention settings
+        topic_disable_leader=True,
+    )
+    source = app.topic(pipeline.config.topic, key_serializer="raw", value_serializer="raw")
+    ready = asyncio.Event()
+
+    @app.task
+    async def open_views() -> None:
+        await pipeline.start()
+        ready.set()
+
+    @app.agent(source, concurrency=1)
+    async def project(stream):
+        await ready.wait()
+        async for events in stream.take_events(batch_size, within=within):
+            records = [to_record(e) for e in events]
+            live = await pipeline._follow_catalog(pipeline._live[view])
+            live.runner.commit_group = False  # faust commits the group, after this batch is written
+            try:
+                await live.runner.process(records)
+            except Exception:  # noqa: BLE001 - the runner already isolates bad records; keep the agent alive
+                log.exception("view=%s batch failed; it will be redelivered", view)
+                raise
+
+    @app.timer(interval=catch_up_every)
+    async def catch_up() -> None:
+        if not ready.is_set():
+            return
+        live = await pipeline._follow_catalog(pipeline._live[view])
+        live.runner.commit_group = False
+        while (await live.runner.step()).records:
+            pass
+
+    return app
+
+
+def run_worker(pipeline: Pipeline, view: ViewName, bootstrap: str, loglevel: str = "WARNING", **kwargs) -> None:
+    """Run until SIGTERM/SIGINT (faust's graceful shutdown), then close the view."""
+    import faust
+
+    app = build_app(pipeline, view, bootstrap, **kwargs)
+
+    @app.on_before_shutdown.connect
+    async def _close(app, **_) -> None:  # noqa: ARG001
+        await pipeline.close()
+
+    faust.Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
+
