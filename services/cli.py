@@ -387,41 +387,26 @@ def _demo_questions(settings, registry) -> None:
 
 
 def cmd_worker(args) -> int:
-    """Projections as faust workers on Kafka: one process and consumer group per projection."""
-    import signal
-    import subprocess
+    """Projections as faust workers on Kafka."""
     from urllib.parse import urlparse
+
+    from services.runtime import build_pipeline
+    from streams.faust_worker import run_worker
 
     settings = _settings(args)
     if urlparse(settings.log.url).scheme != "kafka":
         raise MemstreamError("`memstream worker` runs projections on Kafka (set MEMSTREAM_LOG_URL=kafka://host:port); "
                              "with the embedded log, `memstream process` or `memstream serve` run them")
-    if args.projection is None:
-        argv = [sys.executable, "-m", "services.cli"] + (["--data-dir", args.data_dir] if args.data_dir else [])
-        procs = [subprocess.Popen([*argv, "worker", "--projection", v]) for v in VIEW_NAMES]
-
-        def forward(signum, _frame):
-            for p in procs:
-                p.send_signal(signum)
-
-        signal.signal(signal.SIGTERM, forward)
-        signal.signal(signal.SIGINT, forward)
-        return max(p.wait() for p in procs)
-
-    from services.runtime import build_pipeline
-    from streams.faust_worker import run_worker
-
-    pipeline = build_pipeline(settings, views=(args.projection,))
+    views = (args.projection,) if args.projection else VIEW_NAMES
 
     async def create_topics() -> None:  # before faust subscribes: it ignores missing topics
-        await pipeline.start_log()
-        await pipeline.log.close()
+        p = build_pipeline(settings, views=views)
+        await p.start_log()
+        await p.log.close()
 
     asyncio.run(create_topics())
-    pipeline = build_pipeline(settings, views=(args.projection,))
-    bootstrap = urlparse(settings.log.url).netloc
-    run_worker(pipeline, args.projection, bootstrap, batch_size=settings.runner.batch_size,
-               loglevel="INFO" if args.verbose else "WARNING")
+    run_worker(build_pipeline(settings, views=views), views, urlparse(settings.log.url).netloc.split(",")[0],
+               batch_size=settings.runner.batch_size, loglevel="INFO" if args.verbose else "WARNING")
     return 0
 
 
@@ -524,7 +509,7 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser("worker", help="run projections as faust-streaming workers on Kafka")
-    s.add_argument("--projection", choices=VIEW_NAMES, help="one projection (default: one worker process per projection)")
+    s.add_argument("--projection", choices=VIEW_NAMES, help="one projection and its own consumer group (default: all four in one app)")
     s.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("serve", help="run the HTTP API (and, embedded, the projections in-process)")

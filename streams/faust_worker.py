@@ -1,7 +1,8 @@
 """Projections on faust-streaming: `memstream worker --projection NAME` runs one faust app (one
 consumer group, `memstream.<view>`) whose agent feeds batches of records to the *same*
-projection logic and runner steps as the embedded mode (streams/runner.py). Faust is only the
-shell: partition assignment, rebalances, batching, acks.
+projection logic and runner steps as the embedded mode (streams/runner.py); `memstream worker`
+runs one app (`memstream.workers`) with one agent per projection. Faust is only the shell:
+partition assignment, rebalances, batching, acks.
 
 Delivery: the agent writes the view and its positions (store.apply) before it yields, and faust
 commits an offset only after the agent has processed the event, so commits always follow the
@@ -39,18 +40,18 @@ def to_record(event) -> LogRecord:
     return LogRecord(m.topic, m.partition, m.offset, key, bytes(value), float(m.timestamp), headers)
 
 
-def build_app(pipeline: Pipeline, view: ViewName, bootstrap: str, *, batch_size: int = 256, within: float = 0.5,
+def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *, batch_size: int = 256, within: float = 0.5,
               session_timeout: float = 10.0, heartbeat: float = 1.0, rebalance_timeout: float = 5.0, catch_up_every: float = 2.0):
-    """A faust app with one agent projecting `view`. The pipeline must use the Kafka event log
-    and have been started for exactly this view."""
+    """A faust app with one agent per view. The pipeline must use the Kafka event log and be
+    built for exactly these views (the app starts it)."""
     import faust
 
     app = faust.App(
-        f"memstream.{view}",
+        f"memstream.{views[0]}" if len(views) == 1 else "memstream.workers",
         broker=f"aiokafka://{bootstrap}",
         store="memory://",
         web_enabled=False,
-        datadir=tempfile.mkdtemp(prefix=f"memstream-faust-{view}-"),
+        datadir=tempfile.mkdtemp(prefix="memstream-faust-"),
         consumer_auto_offset_reset="earliest",
         broker_session_timeout=session_timeout,
         broker_heartbeat_interval=heartbeat,
@@ -66,36 +67,43 @@ def build_app(pipeline: Pipeline, view: ViewName, bootstrap: str, *, batch_size:
         await pipeline.start()
         ready.set()
 
-    @app.agent(source, concurrency=1)
-    async def project(stream):
-        await ready.wait()
-        async for events in stream.take_events(batch_size, within=within):
-            records = [to_record(e) for e in events]
-            live = await pipeline._follow_catalog(pipeline._live[view])
-            live.runner.commit_group = False  # faust commits the group, after this batch is written
-            try:
-                await live.runner.process(records)
-            except Exception:  # noqa: BLE001 - the runner already isolates bad records; keep the agent alive
-                log.exception("view=%s batch failed; it will be redelivered", view)
-                raise
+    def agent_for(view: ViewName):
+        async def project(stream):
+            await ready.wait()
+            async for events in stream.take_events(batch_size, within=within):
+                records = [to_record(e) for e in events]
+                live = await pipeline._follow_catalog(pipeline._live[view])
+                live.runner.commit_group = False  # faust commits the group, after this batch is written
+                try:
+                    await live.runner.process(records)
+                except Exception:  # noqa: BLE001 - the runner already isolates bad records; keep the agent alive
+                    log.exception("view=%s batch failed; it will be redelivered", view)
+                    raise
+
+        project.__name__ = project.__qualname__ = f"project_{view}"
+        return app.agent(source, name=f"project_{view}", concurrency=1)(project)
+
+    for view in views:
+        agent_for(view)
 
     @app.timer(interval=catch_up_every)
     async def catch_up() -> None:
         if not ready.is_set():
             return
-        live = await pipeline._follow_catalog(pipeline._live[view])
-        live.runner.commit_group = False
-        while (await live.runner.step()).records:
-            pass
+        for view in views:
+            live = await pipeline._follow_catalog(pipeline._live[view])
+            live.runner.commit_group = False
+            while (await live.runner.step()).records:
+                pass
 
     return app
 
 
-def run_worker(pipeline: Pipeline, view: ViewName, bootstrap: str, loglevel: str = "WARNING", **kwargs) -> None:
-    """Run until SIGTERM/SIGINT (faust's graceful shutdown), then close the view."""
+def run_worker(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, loglevel: str = "WARNING", **kwargs) -> None:
+    """Run until SIGTERM/SIGINT (faust's graceful shutdown), then close the views."""
     import faust
 
-    app = build_app(pipeline, view, bootstrap, **kwargs)
+    app = build_app(pipeline, views, bootstrap, **kwargs)
 
     @app.on_before_shutdown.connect
     async def _close(app, **_) -> None:  # noqa: ARG001
