@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -14,18 +15,28 @@ from tests.contracts.builders import T0, row
 pytestmark = pytest.mark.contract
 
 
-def _tantivy(tmp_path):
+def _tantivy(request, tmp_path):
     from infra.lexical.tantivy import TantivyLexicalIndex
 
     return TantivyLexicalIndex(tmp_path / "lexical", 1)
 
 
-ADAPTERS = {"tantivy": _tantivy}
+def _opensearch(request, tmp_path):
+    from infra.lexical.opensearch import OpenSearchLexicalIndex
+
+    # A fresh index prefix per test: tests sharing the node never see each other's documents.
+    s = OpenSearchLexicalIndex(request.getfixturevalue("opensearch_url"), f"contract-{uuid.uuid4().hex[:10]}", 1)
+    request.addfinalizer(s.destroy)
+    return s
 
 
-@pytest.fixture(params=sorted(ADAPTERS))
+ADAPTERS = {"tantivy": _tantivy, "opensearch": _opensearch}
+NEEDS_SERVER = {"opensearch"}
+
+
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.integration) if name in NEEDS_SERVER else name for name in sorted(ADAPTERS)])
 def index(request, tmp_path):
-    s = ADAPTERS[request.param](tmp_path)
+    s = ADAPTERS[request.param](request, tmp_path)
     yield s
     s.close()
 

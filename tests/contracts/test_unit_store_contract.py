@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from schemas.events import ForgetScope
@@ -12,18 +14,28 @@ from tests.contracts.builders import row, units
 pytestmark = pytest.mark.contract
 
 
-def _sqlite(tmp_path):
+def _sqlite(request, tmp_path):
     from infra.units.sqlite import SqliteUnitStore
 
     return SqliteUnitStore(tmp_path / "units.sqlite", 1)
 
 
-ADAPTERS = {"sqlite": _sqlite}
+def _opensearch(request, tmp_path):
+    from infra.units.opensearch import OpenSearchUnitStore
+
+    # A fresh index prefix per test: tests sharing the node never see each other's units.
+    s = OpenSearchUnitStore(request.getfixturevalue("opensearch_url"), f"contract-{uuid.uuid4().hex[:10]}", 1)
+    request.addfinalizer(s.destroy)
+    return s
 
 
-@pytest.fixture(params=sorted(ADAPTERS))
+ADAPTERS = {"sqlite": _sqlite, "opensearch": _opensearch}
+NEEDS_SERVER = {"opensearch"}
+
+
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.integration) if name in NEEDS_SERVER else name for name in sorted(ADAPTERS)])
 def store(request, tmp_path):
-    s = ADAPTERS[request.param](tmp_path)
+    s = ADAPTERS[request.param](request, tmp_path)
     yield s
     s.close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import numpy as np
@@ -21,7 +22,15 @@ def _sqlite(tmp_path):
     return SqliteVectorStore(tmp_path / "vectors.sqlite", 1)
 
 
-ADAPTERS = {"sqlite": _sqlite}
+def _qdrant(tmp_path):
+    from infra.vectors.qdrant import QdrantVectorStore
+
+    # qdrant-client's local mode (no Qdrant server is obtainable here): the same client API,
+    # on disk in the test's own directory; the prefix keeps collection names unique anyway.
+    return QdrantVectorStore(str(tmp_path / "qdrant"), f"contract-{uuid.uuid4().hex[:10]}", 1)
+
+
+ADAPTERS = {"sqlite": _sqlite, "qdrant": _qdrant}
 
 
 @pytest.fixture(params=sorted(ADAPTERS))

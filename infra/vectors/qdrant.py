@@ -1,0 +1,198 @@
+"""Distributed dense view: turn, window, episode and sentence vectors in Qdrant.
+
+One generation is five collections (naming, ids, write order and visibility in
+infra/qdrant_base.py): `<prefix>-dense-g<N>-{turn,window,episode,sentence}` with cosine
+distance, created on the first upsert (their dimension is the first vector's), and
+`<prefix>-dense-g<N>-ledger`, points without vectors holding the turn ledger, the pooling
+state (float32 bytes, base64: exact, and the mean is unnormalised, which a cosine collection
+would normalise), the conversation versions and the positions.
+
+Scores are Qdrant's cosine similarities. Searches ask for exact search (`exact=True`): a
+boundary holds hundreds to thousands of points, where exact search is cheap and returns every
+admissible point, which `score_units` needs (HNSW with a selective filter may miss some).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections import defaultdict
+
+import numpy as np
+from qdrant_client import QdrantClient, models
+
+from infra.qdrant_base import QdrantViewBase, boundary_filter, is_local, match, match_any, point_uuid, scope_conditions
+from infra.turn_docs import micros
+from schemas.ports.vectors import COLLECTIONS, Collection, TurnPooling, VectorChangeSet, VectorPoint
+from schemas.ports.views import Boundary, Forget, Hit, Positions, TurnRow
+from schemas.units import unit_key
+
+_BATCH = 256
+_POINT_INDEXES = {
+    **{name: models.PayloadSchemaType.KEYWORD for name in ("tenant_id", "conversation_id", "session_id", "agent_id", "owner_id")},
+    "occurred_from": models.PayloadSchemaType.INTEGER, "occurred_to": models.PayloadSchemaType.INTEGER,
+}
+
+
+def _payload(p: VectorPoint) -> dict:
+    return {
+        "point_id": p.point_id, "key": unit_key(p.point_id), "tenant_id": p.tenant_id, "conversation_id": p.conversation_id,
+        "session_id": p.session_id, "agent_id": list(p.agent_ids), "owner_id": p.owner_id,
+        "occurred_from": micros(p.occurred_from), "occurred_to": micros(p.occurred_to),  # microseconds, for range filters
+        "from": p.occurred_from.isoformat(), "to": p.occurred_to.isoformat(),  # as given, for the canonical dump
+    }
+
+
+def _pooling_point(p: TurnPooling) -> models.PointStruct:
+    mean = base64.b64encode(np.asarray(p.mean, np.float32).tobytes()).decode("ascii")
+    return models.PointStruct(id=point_uuid("pooling", p.turn_id), vector={}, payload={"type": "pooling", "turn_id": p.turn_id, "tokens": p.tokens, "mean": mean})
+
+
+class QdrantVectorStore(QdrantViewBase):
+    view = "dense"
+
+    def __init__(self, location: str | QdrantClient, prefix: str, generation: int, *, exact: bool = True):
+        super().__init__(location, prefix, generation)
+        self.exact = exact
+
+    def _name(self, collection: Collection) -> str:
+        return f"{self.base}-{collection}"
+
+    @property
+    def dim(self) -> int:
+        with self._translate("reading the vector dimension"):
+            for c in COLLECTIONS:
+                if self._exists(self._name(c)):
+                    return int(self._connection().get_collection(self._name(c)).config.params.vectors.size)
+        return 0
+
+    # -- writes --------------------------------------------------------------------------
+    def apply(self, change: VectorChangeSet, positions: Positions) -> None:
+        with self._lock, self._translate("applying a dense change set"):
+            client = self._qd()
+            touched: set[tuple[str, str]] = set()
+            for forget in change.forgets:
+                turns = self.turns_in_scope(forget)
+                self._forget_points(forget, turns)  # points first: they are found through the ledger
+                self._forget_ledger(forget)
+                touched.update((t.tenant_id, t.conversation_id) for t in turns)
+                if forget.scope.conversation_id is not None:
+                    touched.add((forget.tenant_id, forget.scope.conversation_id))
+            if change.delete_turns:
+                touched |= self._delete_turns(change.delete_turns)
+                client.delete(self.ledger, models.PointIdsList(points=[point_uuid("pooling", t) for t in change.delete_turns]), wait=True)
+            touched |= self._put_turns(change.put_turns)
+            for i in range(0, len(change.pooling), _BATCH):
+                client.upsert(self.ledger, [_pooling_point(p) for p in change.pooling[i:i + _BATCH]], wait=True)
+            deletes: dict[str, list[str]] = defaultdict(list)
+            for collection, pid in change.delete_points:
+                deletes[collection].append(point_uuid(pid))
+            for collection, ids in deletes.items():
+                if self._exists(self._name(collection)):
+                    found = client.retrieve(self._name(collection), ids, with_payload=["tenant_id", "conversation_id"])
+                    touched.update((p.payload["tenant_id"], p.payload["conversation_id"]) for p in found)
+                    client.delete(self._name(collection), models.PointIdsList(points=ids), wait=True)
+            upserts: dict[str, list[VectorPoint]] = defaultdict(list)
+            for p in change.upsert_points:
+                upserts[p.collection].append(p)
+            for collection, points in upserts.items():
+                name = self._name(collection)
+                self._create(name, models.VectorParams(size=len(points[0].vector), distance=models.Distance.COSINE), _POINT_INDEXES)
+                for i in range(0, len(points), _BATCH):
+                    client.upsert(name, [
+                        models.PointStruct(id=point_uuid(p.point_id), vector=np.asarray(p.vector, np.float32).tolist(), payload=_payload(p))
+                        for p in points[i:i + _BATCH]
+                    ], wait=True)
+                touched.update((p.tenant_id, p.conversation_id) for p in points)
+            self._commit(touched, positions)
+
+    def _forget_points(self, forget: Forget, turns: list[TurnRow]) -> None:
+        client = self._connection()
+        if turns:
+            client.delete(self.ledger, models.PointIdsList(points=[point_uuid("pooling", t.turn_id) for t in turns]), wait=True)
+        if forget.scope.level == "turn":
+            # The turn's own points; the projection recomputes the session's windows/episodes.
+            if not turns:
+                return
+            flt = models.Filter(must=[match("tenant_id", forget.tenant_id), match_any("owner_id", [t.turn_id for t in turns])])
+            collections: tuple[Collection, ...] = ("turn", "sentence")
+        else:
+            flt, collections = models.Filter(must=scope_conditions(forget)), COLLECTIONS
+        for c in collections:
+            if self._exists(self._name(c)):
+                client.delete(self._name(c), models.FilterSelector(filter=flt), wait=True)
+
+    # -- reads ---------------------------------------------------------------------------
+    def pooling(self, turn_ids: list[str]) -> dict[str, TurnPooling]:
+        if not turn_ids:
+            return {}
+        with self._translate("reading pooling state"):
+            got = self._qd().retrieve(self.ledger, [point_uuid("pooling", t) for t in dict.fromkeys(turn_ids)])
+        return {
+            p.payload["turn_id"]: TurnPooling(p.payload["turn_id"], np.frombuffer(base64.b64decode(p.payload["mean"]), dtype=np.float32).copy(), p.payload["tokens"])
+            for p in got
+        }
+
+    def _query(self, collection: Collection, vector: np.ndarray, boundary: Boundary, limit: int | None, payload: list[str]):
+        name, flt = self._name(collection), boundary_filter(boundary)
+        if flt is None or not self._exists(name):
+            return []
+        client = self._connection()
+        if limit is None:  # every admissible point
+            limit = client.count(name, count_filter=flt, exact=True).count
+        if limit <= 0:
+            return []
+        q = np.asarray(vector, dtype=np.float32).reshape(-1).tolist()
+        params = None if is_local(client) else models.SearchParams(exact=self.exact)
+        return client.query_points(name, query=q, query_filter=flt, limit=limit, with_payload=payload, search_params=params).points
+
+    def search(self, collection: Collection, vector: np.ndarray, boundary: Boundary, k: int) -> list[Hit]:
+        with self._translate("searching vectors"):
+            points = self._query(collection, vector, boundary, max(k, 0), ["point_id"])
+        hits = [Hit(p.payload["point_id"], float(p.score)) for p in points]
+        hits.sort(key=lambda h: (-h.score, h.unit_id))
+        return hits
+
+    def score_units(self, collection: Collection, vector: np.ndarray, boundary: Boundary) -> tuple[np.ndarray, np.ndarray]:
+        with self._translate("scoring vectors"):
+            points = self._query(collection, vector, boundary, None, ["key"])
+        return np.asarray([p.payload["key"] for p in points], dtype=np.int64), np.asarray([p.score for p in points], dtype=float)
+
+    def vectors(self, collection: Collection, tenant_id: str, point_ids: list[str]) -> dict[str, np.ndarray]:
+        name = self._name(collection)
+        with self._translate("reading vectors"):
+            if not point_ids or not self._exists(name):
+                return {}
+            got = self._connection().retrieve(name, [point_uuid(p) for p in dict.fromkeys(point_ids)], with_payload=["tenant_id", "point_id"], with_vectors=True)
+        return {p.payload["point_id"]: np.asarray(p.vector, dtype=np.float32) for p in got if p.payload["tenant_id"] == tenant_id}
+
+    def session_point_ids(self, collection: Collection, tenant_id: str, conversation_id: str, session_id: str) -> set[str]:
+        name = self._name(collection)
+        with self._translate("listing a session's points"):
+            if not self._exists(name):
+                return set()
+            flt = models.Filter(must=[match("tenant_id", tenant_id), match("conversation_id", conversation_id), match("session_id", session_id)])
+            return {p.payload["point_id"] for p in self._scroll(name, flt, payload=["point_id"])}
+
+    def canonical_dump(self) -> dict:
+        """The shape of the SQLite twin's dump (vectors as Qdrant stores them: re-normalised,
+        equal within float32 rounding)."""
+        points = []
+        with self._translate("dumping vectors"):
+            for c in COLLECTIONS:
+                if not self._exists(self._name(c)):
+                    continue
+                for p in self._scroll(self._name(c), None, vectors=True):
+                    d = p.payload
+                    points.append({"collection": c, "id": d["point_id"], "tenant": d["tenant_id"], "conversation": d["conversation_id"],
+                                   "session": d["session_id"], "agents": d["agent_id"], "from": d["from"], "to": d["to"], "owner": d["owner_id"],
+                                   "vector": np.asarray(p.vector, dtype=np.float32).tolist()})
+        points.sort(key=lambda p: (p["collection"], p["id"]))
+        return {"view": self.view, "turns": self.ledger_dump(), "points": points}
+
+    def destroy(self) -> None:
+        """Delete this generation's collections (reclaiming a retired generation)."""
+        with self._translate("deleting collections"):
+            for name in [*(self._name(c) for c in COLLECTIONS), self.ledger]:
+                if self._exists(name):
+                    self._connection().delete_collection(name)
+        self.close()
