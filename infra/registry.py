@@ -3,13 +3,26 @@
 `Registry(settings)` implements the `Backends` protocol the pipeline and the query service are
 built from. Adapter modules are imported lazily, so the embedded mode never imports a server
 client. An unknown scheme raises ConfigurationError naming what is accepted.
+
+| what      | embedded            | servers                                                        |
+|-----------|---------------------|----------------------------------------------------------------|
+| log       | sqlite://[path]     | kafka://host:port[,host:port][?replication_factor=N]           |
+| hierarchy | sqlite://           | opensearch://host:port[?prefix=memstream] (opensearchs:// TLS) |
+| lexical   | tantivy://          | opensearch://host:port[?prefix=memstream]                      |
+| dense     | sqlite://           | qdrant://host:port[?prefix=…] or qdrant+local://[path]         |
+| graph     | sqlite://           | neo4j://host:port or bolt://host:port                          |
+
+Each view's generations are tracked by its backend's catalog (a SQLite file for embedded views,
+aliases on OpenSearch and Qdrant, a catalog node set on Neo4j), so replay switches readers the
+way that backend does it.
 """
 
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 from infra.settings import Settings
 from schemas.errors import ConfigurationError
@@ -17,11 +30,12 @@ from schemas.ports.views import ViewName
 
 ACCEPTED = {
     "log": ("sqlite", "kafka"),
-    "hierarchy": ("sqlite",),
-    "lexical": ("tantivy",),
-    "dense": ("sqlite",),
-    "graph": ("sqlite",),
+    "hierarchy": ("sqlite", "opensearch", "opensearchs"),
+    "lexical": ("tantivy", "opensearch", "opensearchs"),
+    "dense": ("sqlite", "qdrant", "qdrant+local"),
+    "graph": ("sqlite", "neo4j", "bolt", "neo4j+s", "bolt+s"),
 }
+EMBEDDED = ("sqlite", "tantivy")
 
 
 def _scheme(url: str, what: str) -> tuple[str, str]:
@@ -34,6 +48,43 @@ def _scheme(url: str, what: str) -> tuple[str, str]:
     return scheme, parsed.netloc + parsed.path
 
 
+def _option(url: str, name: str, default: str) -> str:
+    return parse_qs(urlparse(url).query).get(name, [default])[0]
+
+
+def _http(url: str) -> str:
+    parsed = urlparse(url)
+    return f"{'https' if parsed.scheme.endswith('s') else 'http'}://{parsed.netloc}"
+
+
+class _CatalogRouter:
+    """A ViewCatalog that sends each view to its backend's catalog."""
+
+    def __init__(self, by_view: dict[str, object]):
+        self.by_view = by_view
+
+    def _for(self, view: ViewName):
+        return self.by_view[view]
+
+    def current(self, view):
+        return self._for(view).current(view)
+
+    def new_generation(self, view):
+        return self._for(view).new_generation(view)
+
+    def activate(self, view, generation):
+        return self._for(view).activate(view, generation)
+
+    def building(self, view):
+        return self._for(view).building(view)
+
+    def retired(self, view):
+        return self._for(view).retired(view)
+
+    def drop(self, view, generation):
+        return self._for(view).drop(view, generation)
+
+
 class Registry:
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -41,65 +92,143 @@ class Registry:
         self._encoder = None
         self._extractor = None
         self._catalog = None
+        self._qdrant_clients: dict[str, object] = {}
+        self._lock = threading.Lock()
 
     # -- event log -----------------------------------------------------------------------
     def event_log(self):
-        scheme, rest = _scheme(self.settings.log.url, "log")
+        url = self.settings.log.url
+        scheme, rest = _scheme(url, "log")
         if scheme == "sqlite":
             from infra.log.sqlite import SqliteEventLog
 
             return SqliteEventLog(Path(rest) if rest else self.data_dir / "log.sqlite")
-        # kafka://host:port[,host:port][?replication_factor=N]
-        from urllib.parse import parse_qs
-
         from infra.log.kafka import KafkaEventLog
 
-        brokers, query = rest.strip("/"), parse_qs(urlparse(self.settings.log.url).query)
-        replication = query.get("replication_factor", ["1"])[0]
+        brokers, replication = rest.strip("/"), _option(url, "replication_factor", "1")
         if not brokers or not replication.isdigit():
-            raise ConfigurationError(f"bad Kafka log URL {self.settings.log.url!r}: expected kafka://host:port[,host:port][?replication_factor=N]")
+            raise ConfigurationError(f"bad Kafka log URL {url!r}: expected kafka://host:port[,host:port][?replication_factor=N]")
         return KafkaEventLog(brokers, replication_factor=int(replication))
 
     # -- views ---------------------------------------------------------------------------
+    def view_url(self, view: ViewName) -> str:
+        return getattr(self.settings.views, f"{view}_url")
+
     def catalog(self):
         if self._catalog is None:
+            catalogs: dict[str, object] = {}
+            shared: dict[tuple, object] = {}
+            for view in ("hierarchy", "graph", "lexical", "dense"):
+                url = self.view_url(view)
+                scheme, _ = _scheme(url, view)
+                key = self._catalog_key(scheme, url)
+                if key not in shared:
+                    shared[key] = self._make_catalog(scheme, url)
+                catalogs[view] = shared[key]
+            self._catalog = _CatalogRouter(catalogs)
+        return self._catalog
+
+    def _catalog_key(self, scheme: str, url: str) -> tuple:
+        if scheme in EMBEDDED:
+            return ("sqlite",)
+        return (scheme, urlparse(url).netloc, urlparse(url).path, _option(url, "prefix", "memstream"))
+
+    def _make_catalog(self, scheme: str, url: str):
+        prefix = _option(url, "prefix", "memstream")
+        if scheme in EMBEDDED:
             from infra.catalog.sqlite import SqliteViewCatalog
 
-            self._catalog = SqliteViewCatalog(self.data_dir / "views" / "catalog.sqlite")
-        return self._catalog
+            return SqliteViewCatalog(self.data_dir / "views" / "catalog.sqlite")
+        if scheme.startswith("opensearch"):
+            from infra.catalog.opensearch import OpenSearchViewCatalog
+
+            return OpenSearchViewCatalog(_http(url), prefix)
+        if scheme.startswith("qdrant"):
+            from infra.catalog.qdrant import QdrantViewCatalog
+
+            return QdrantViewCatalog(self._qdrant(url), prefix)
+        from infra.catalog.neo4j import Neo4jViewCatalog
+
+        return Neo4jViewCatalog(self._neo4j_uri(url))
 
     def view_dir(self, view: ViewName, generation: int) -> Path:
         return self.data_dir / "views" / view / f"gen-{generation}"
 
     def open_view(self, view: ViewName, generation: int):
-        url = getattr(self.settings.views, f"{view}_url")
+        url = self.view_url(view)
         scheme, _ = _scheme(url, view)
         d = self.view_dir(view, generation)
+        prefix = _option(url, "prefix", "memstream")
         if view == "hierarchy":
-            from infra.units.sqlite import SqliteUnitStore
+            if scheme == "sqlite":
+                from infra.units.sqlite import SqliteUnitStore
 
-            return SqliteUnitStore(d / "units.sqlite", generation)
+                return SqliteUnitStore(d / "units.sqlite", generation)
+            from infra.units.opensearch import OpenSearchUnitStore
+
+            return OpenSearchUnitStore(_http(url), prefix, generation)
         if view == "lexical":
-            from infra.lexical.tantivy import TantivyLexicalIndex
+            if scheme == "tantivy":
+                from infra.lexical.tantivy import TantivyLexicalIndex
 
-            return TantivyLexicalIndex(d, generation)
+                return TantivyLexicalIndex(d, generation)
+            from infra.lexical.opensearch import OpenSearchLexicalIndex
+
+            return OpenSearchLexicalIndex(_http(url), prefix, generation)
         if view == "dense":
-            from infra.vectors.sqlite import SqliteVectorStore
+            if scheme == "sqlite":
+                from infra.vectors.sqlite import SqliteVectorStore
 
-            return SqliteVectorStore(d / "vectors.sqlite", generation)
+                return SqliteVectorStore(d / "vectors.sqlite", generation)
+            from infra.vectors.qdrant import QdrantVectorStore
+
+            return QdrantVectorStore(self._qdrant(url), prefix, generation)
         if view == "graph":
-            from infra.graph.sqlite import SqliteGraphStore
+            if scheme == "sqlite":
+                from infra.graph.sqlite import SqliteGraphStore
 
-            return SqliteGraphStore(d / "graph.sqlite", generation)
+                return SqliteGraphStore(d / "graph.sqlite", generation)
+            from infra.graph.neo4j import Neo4jGraphStore
+
+            return Neo4jGraphStore(self._neo4j_uri(url), generation)
         raise ConfigurationError(f"unknown view {view!r}")
+
+    def _qdrant(self, url: str):
+        """One client per Qdrant location and process: local mode allows a single opener."""
+        scheme, rest = _scheme(url, "dense")
+        with self._lock:
+            client = self._qdrant_clients.get(url)
+            if client is None:
+                from qdrant_client import QdrantClient
+
+                if scheme == "qdrant+local":
+                    path = Path(rest) if rest.strip("/") else self.data_dir / "qdrant"
+                    path.mkdir(parents=True, exist_ok=True)
+                    client = QdrantClient(path=str(path))
+                else:
+                    client = QdrantClient(url=_http(url))
+                self._qdrant_clients[url] = client
+            return client
+
+    @staticmethod
+    def _neo4j_uri(url: str) -> str:
+        parsed = urlparse(url)
+        return f"{parsed.scheme}://{parsed.netloc}"
 
     def drop_view(self, view: ViewName, generation: int) -> None:
         """Reclaim a retired generation's storage."""
-        shutil.rmtree(self.view_dir(view, generation), ignore_errors=True)
-        self.catalog().drop(view, generation)
+        scheme, _ = _scheme(self.view_url(view), view)
+        if scheme in EMBEDDED:
+            shutil.rmtree(self.view_dir(view, generation), ignore_errors=True)
+        self.catalog().drop(view, generation)  # server catalogs delete the generation's indices/collections/nodes
 
     def lock_path(self, view: ViewName, generation: int) -> Path:
         return self.view_dir(view, generation) / "writer.lock"
+
+    def close(self) -> None:
+        for client in self._qdrant_clients.values():
+            client.close()
+        self._qdrant_clients.clear()
 
     # -- models --------------------------------------------------------------------------
     def encoder(self):

@@ -30,10 +30,10 @@ class LogSettings(BaseSettings):
 
 class ViewSettings(BaseSettings):
     model_config = _cfg("MEMSTREAM_VIEWS_")
-    hierarchy_url: str = Field("sqlite://", description="sqlite:// (embedded)")
-    lexical_url: str = Field("tantivy://", description="tantivy:// (embedded)")
-    dense_url: str = Field("sqlite://", description="sqlite:// (embedded, exact numpy search)")
-    graph_url: str = Field("sqlite://", description="sqlite:// (embedded, scipy PageRank)")
+    hierarchy_url: str = Field("sqlite://", description="sqlite:// (embedded) or opensearch://host:port[?prefix=memstream]")
+    lexical_url: str = Field("tantivy://", description="tantivy:// (embedded) or opensearch://host:port[?prefix=memstream]")
+    dense_url: str = Field("sqlite://", description="sqlite:// (embedded, exact numpy search), qdrant://host:port or qdrant+local://[path]")
+    graph_url: str = Field("sqlite://", description="sqlite:// (embedded, scipy PageRank) or neo4j://host:port (GDS PageRank)")
 
 
 class EncoderSettings(BaseSettings):
