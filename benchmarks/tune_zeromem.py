@@ -163,13 +163,16 @@ async def main() -> int:
         for b in BUDGETS:
             loco[b][test] = r[b]
         folds.append({"held_out": conv, "train_objective": round(score, 4), "test": {f"budget_{b}": round(float(r[b].mean()), 4) for b in BUDGETS},
-                      "config": {k: v for k, v in asdict(cfg).items() if k != "extra" and v != getattr(DEFAULT, k)}})
+                      "changes": {k: v for k, v in asdict(cfg).items() if k != "extra" and v != getattr(DEFAULT, k)},
+                      "config": {k: v for k, v in asdict(cfg).items() if k != "extra"}})
         print(f"fold {conv}: train {score:.4f} test B10 {r[10].mean():.4f} B25 {r[25].mean():.4f} ({time.perf_counter() - t0:.0f}s)", flush=True)
     overall, score = tune(bench, everything, DEFAULT, args.passes)
     report = {
         "loco": summarize(bench, loco, everything), "folds": folds,
+        "start": {k: v for k, v in asdict(DEFAULT).items() if k != "extra"},
         "global": {"objective": round(score, 4), "recall": summarize(bench, bench.recalls(overall, everything), everything),
-                   "config_changes": {k: v for k, v in asdict(overall).items() if k != "extra" and v != getattr(DEFAULT, k)}},
+                   "config_changes": {k: v for k, v in asdict(overall).items() if k != "extra" and v != getattr(DEFAULT, k)},
+                   "config": {k: v for k, v in asdict(overall).items() if k != "extra"}},
         "seconds": round(time.perf_counter() - t0, 1),
     }
     print(json.dumps(report, indent=2, default=str))

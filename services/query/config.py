@@ -17,14 +17,14 @@ class ZeroMemConfig:
     # -- hierarchy view (eq. 11): relevance of each level = a_lex * BM25 + (1 - a_lex) * dense,
     #    each min-max normalised per query; turns get their own relevance plus the best score
     #    of the windows and episode that contain them ("lifting").
-    a_lex: float = 0.5
-    w_turn: float = 0.7
-    w_windows: tuple[float, ...] = (1.0, 1.0)  # per window size, smallest first
+    a_lex: float = 0.7
+    w_turn: float = 0.4
+    w_windows: tuple[float, ...] = (1.0, 1.5)  # per window size, smallest first
     w_episode: float = 0.5
     w_neighbour: float = 0.1  # best turn relevance among the ±1 neighbours in the session
     h_lexical: float = 0.4  # share of the question's keywords the turn contains
-    h_info: float = 0.35  # information prior: log(words)/log(40), clipped to [0, 1]
-    prf_weight: float = 0.0  # dense pseudo-relevance feedback (Rocchio) share; 0 = off
+    h_info: float = 0.5  # information prior: log(words)/log(40), clipped to [0, 1]
+    prf_weight: float = 0.25  # dense pseudo-relevance feedback (Rocchio) share; 0 = off
     prf_k: int = 3
     prf_alpha: float = 0.5
     # lexical pseudo-relevance feedback (RM3-like): the top turns' most distinctive words become
@@ -42,13 +42,13 @@ class ZeroMemConfig:
     keyword_activation: float = 1.0  # activation of keyword nodes matched by stem
     propagation_steps: int = 1  # eq. 9
     propagation_weight: float = 1.0
-    beta_entities: float = 0.8  # reset mass on entity activations; the rest on dense context priors
+    beta_entities: float = 0.9  # reset mass on entity activations; the rest on dense context priors
     prior_top: int = 20  # contexts that receive a dense prior
-    adjacency_weight: float = 1.0
-    hub_share: float = 1.0  # entities mentioned by more than this share of the contexts are left out of the walk
+    adjacency_weight: float = 2.0
+    hub_share: float = 0.3  # entities mentioned by more than this share of the contexts are left out of the walk
     gamma: float = 0.8  # PPR continuation (paper: 0.6)
     ppr_iterations: int = 30
-    g_lexical: float = 0.2  # exact lexical refinement of the graph ranking
+    g_lexical: float = 0.0  # exact lexical refinement of the graph ranking
     # -- routing and fusion (eq. 7, 12-13)
     route: Literal["rules", "local", "relational"] = "local"
     rho: float = 0.6  # primary view weight (paper: 0.6)
@@ -64,12 +64,12 @@ class ZeroMemConfig:
     c_type: float = 0.3
     c_subject_relational: float = 0.2
     c_type_relational: float = 0.2
-    c_time: float = 0.6
+    c_time: float = 0.4
     time_tau_days: float = 14.0
     # answer label: the entity label whose description (the NER model's own glossary) is most
     # similar to the noun a what/which question asks for ("books" -> WORK_OF_ART)
-    c_label: float = 0.0
-    label_min: float = 0.35
+    c_label: float = 0.3
+    label_min: float = 0.4
     extra: dict[str, Any] = field(default_factory=dict)
 
     def with_(self, **changes: Any) -> "ZeroMemConfig":
