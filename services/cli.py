@@ -344,6 +344,11 @@ async def cmd_eval(args) -> int:
     print(f"LoCoMo: {report['questions']} questions; ingest {ing['turns']} turns in {ing['seconds']}s "
           f"({ing['turns'] / max(ing['seconds'], 1e-9):.0f} turns/s; model load {ing['model_load_seconds']}s; {ing['llm_tokens']} LLM tokens)")
     print(table(report, budgets))
+    for name, result in report["strategies"].items():
+        a = result.get("answer_in_candidates") or {}
+        if name == "zero-mem" and a.get("questions"):
+            print(f"zero-mem: the gold answer is among the typed answer candidates A(q) of the evidence for {a['all']:.1%} "
+                  f"of the {a['questions']} date/number/name questions (no reader)")
     print(f"reader requests: {report['reader_requests']}; refused outbound connections: {report['refused_connections']}")
     return 0
 
@@ -405,8 +410,11 @@ def cmd_worker(args) -> int:
         await p.log.close()
 
     asyncio.run(create_topics())
+    import os
+
     run_worker(build_pipeline(settings, views=views), views, urlparse(settings.log.url).netloc.split(",")[0],
-               batch_size=settings.runner.batch_size, loglevel="INFO" if args.verbose else "WARNING")
+               batch_size=settings.runner.batch_size, loglevel="INFO" if args.verbose else "WARNING",
+               ready_file=os.environ.get("MEMSTREAM_WORKER_READY_FILE"))
     return 0
 
 

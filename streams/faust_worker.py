@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import tempfile
+from pathlib import Path
 
 from schemas.ports.event_log import LogRecord
 from schemas.ports.views import ViewName
@@ -41,7 +43,8 @@ def to_record(event) -> LogRecord:
 
 
 def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *, batch_size: int = 256, within: float = 0.5,
-              session_timeout: float = 10.0, heartbeat: float = 1.0, rebalance_timeout: float = 5.0, catch_up_every: float = 2.0):
+              session_timeout: float = 10.0, heartbeat: float = 1.0, rebalance_timeout: float = 5.0, catch_up_every: float = 2.0,
+              ready_file: str | None = None):
     """A faust app with one agent per view. The pipeline must use the Kafka event log and be
     built for exactly these views (the app starts it)."""
     import faust
@@ -66,6 +69,8 @@ def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *
     async def open_views() -> None:
         await pipeline.start()
         ready.set()
+        if ready_file:  # tells a supervisor (or a benchmark) that models are loaded and views open
+            Path(ready_file).write_text(str(os.getpid()))
 
     def agent_for(view: ViewName):
         async def project(stream):

@@ -95,7 +95,14 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def evaluate_strategy(service, qs: list[Question], strategy: str, budgets: list[int], tenant: str, k: int) -> dict[str, Any]:
+    """Recall at each budget, latency, and — without a reader — how often the gold answer is among
+    the typed answer candidates A(q) extracted from the evidence (eq. 16)."""
+    from services.query.answering import evidence_turns
+    from services.query.answers import extract_candidates, gold_in_candidates
+    from services.query.profile import answer_type
+
     rows, latencies = [], []
+    typed: dict[str, list[bool]] = {}
     budget = max(budgets)
     for q in qs:
         req = SearchRequest(question=q.question, tenant_id=tenant, conversation_id=q.conversation, strategy=strategy, k=k, max_turns=budget)
@@ -105,8 +112,31 @@ def evaluate_strategy(service, qs: list[Question], strategy: str, budgets: list[
         units = [[f"D{r[0]}:{r[1]}" for r in (parse_ref(t.source_ref) for t in e.turns) if r] for e in resp.evidence]
         gold = {f"D{s}:{t}" for s, t in q.gold}
         rows.append((q, {b: recall_at(units, gold, b) for b in budgets}))
+        kind = answer_type(q.question)
+        if kind in ("date", "duration", "number", "person", "place"):
+            cands = extract_candidates([(t.turn_id, t.text, t.occurred_at) for t in evidence_turns(resp.evidence)], kind)
+            typed.setdefault(CATEGORIES[q.category], []).append(gold_in_candidates(q.answer, cands))
+    everything = [x for v in typed.values() for x in v]
     return {"recall": summarize(rows, budgets),
-            "latency_ms": {"p50": round(percentile(latencies, 50), 2), "p95": round(percentile(latencies, 95), 2)}}
+            "latency_ms": {"p50": round(percentile(latencies, 50), 2), "p95": round(percentile(latencies, 95), 2)},
+            "answer_in_candidates": {"questions": len(everything), "all": round(statistics.fmean(everything), 4) if everything else None,
+                                     **{c: round(statistics.fmean(v), 4) for c, v in sorted(typed.items())}}}
+
+
+def allowed_addresses(settings: Settings) -> set[tuple[str, int]]:
+    """The configured stores' (host, port): the only outbound connections an evaluation may open
+    besides the counting reader."""
+    from urllib.parse import urlparse
+
+    out = set()
+    for url in (settings.log.url, settings.views.hierarchy_url, settings.views.lexical_url, settings.views.dense_url, settings.views.graph_url):
+        parsed = urlparse(url)
+        for hostport in parsed.netloc.split(","):
+            if ":" in hostport:
+                host, port = hostport.rsplit(":", 1)
+                if port.isdigit():
+                    out.add((host, int(port)))
+    return out
 
 
 def table(report: dict, budgets: list[int]) -> str:
@@ -136,7 +166,7 @@ async def run(path: Path, *, conversations: set[str] | None, strategies: list[st
     registry.data_dir = data_dir
     reader = CountingReader(upstream=settings.reader.url,
                             upstream_key=settings.reader.api_key.get_secret_value() if settings.reader.api_key else None).start()
-    allowed = {reader.address}
+    allowed = {reader.address, *allowed_addresses(settings)}
     try:
         with refuse_outbound(allowed) as refused:
             report: dict[str, Any] = {"dataset": "locomo", "conversations": sorted(conversations) if conversations else None}
@@ -147,7 +177,8 @@ async def run(path: Path, *, conversations: set[str] | None, strategies: list[st
             report["questions"] = len(qs)
             report["ingest"]["llm_tokens"] = ingest_tokens
             views = LiveViews(registry)
-            service = QueryService(views, registry.encoder())
+            service = QueryService(views, registry.encoder(), registry.extractor())
+            service.start()
             report["strategies"] = {}
             for name in strategies:
                 t0 = time.perf_counter()

@@ -1,0 +1,255 @@
+"""Embedded vs distributed, side by side in one run, on the LoCoMo dev split.
+
+    .venv/bin/python benchmarks/distributed.py [--conversations conv-30] [--kcat conv-30] [--out FILE]
+
+The distributed stack is Apache Kafka (log), faust workers (projections), OpenSearch (hierarchy
+and lexical views), Neo4j + GDS (graph) and Qdrant's local mode (dense; no Qdrant server can
+be obtained here). Servers come from $MEMSTREAM_TEST_KAFKA / _OPENSEARCH / _NEO4J or are started
+with infra/servers. Events are published through the Kafka log adapter — one conversation with
+kcat as a foreign producer when --kcat names it — and projected by `memstream worker` (one faust
+app, one agent per view) running as a separate process, started (models loaded) before the
+first append. Ready = every view's position at the log's end offset. The workers are then
+stopped (Qdrant's local mode admits one process) and the questions run against the views. A
+replay of every view then runs while queries keep going, and must not fail one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from infra.registry import Registry  # noqa: E402
+from infra.settings import Settings  # noqa: E402
+from schemas.ports.views import VIEW_NAMES  # noqa: E402
+from schemas.query import SearchRequest  # noqa: E402
+from services.eval.locomo import evaluate_strategy, ingest, questions  # noqa: E402
+from services.query.service import QueryService  # noqa: E402
+from services.runtime import build_pipeline  # noqa: E402
+from services.views import LiveViews  # noqa: E402
+from streams.ingest import Publisher  # noqa: E402
+from streams.sources import locomo  # noqa: E402
+from tests.integration import servers  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_LOCOMO = REPO.parent / "shared/data/locomo/locomo-dev.json"
+TENANT = "locomo"
+
+
+def env_for(settings: Settings) -> dict[str, str]:
+    return {
+        "MEMSTREAM_DATA_DIR": str(settings.data_dir), "MEMSTREAM_LOG_URL": settings.log.url,
+        "MEMSTREAM_VIEWS_HIERARCHY_URL": settings.views.hierarchy_url, "MEMSTREAM_VIEWS_LEXICAL_URL": settings.views.lexical_url,
+        "MEMSTREAM_VIEWS_DENSE_URL": settings.views.dense_url, "MEMSTREAM_VIEWS_GRAPH_URL": settings.views.graph_url,
+    }
+
+
+def kcat_publish(bootstrap: str, topic: str, events) -> int:
+    """Publish events with kcat (librdkafka) — a foreign producer. murmur2 so keys land where memstream puts them."""
+    lines = "".join(f"{e.tenant_id}/{e.conversation_id}\t{e.model_dump_json()}\n" for e in events)
+    out = subprocess.run(["kcat", "-P", "-b", bootstrap, "-t", topic, "-K", "\t", "-X", "partitioner=murmur2_random"],
+                         input=lines, text=True, capture_output=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"kcat failed: {out.stderr}")
+    return lines.count("\n")
+
+
+async def distributed_ingest(settings: Settings, samples, conversations, kcat_conv: str | None, log) -> dict:
+    ready_file = Path(settings.data_dir) / "worker.ready"
+    env = {**os.environ, **env_for(settings), "MEMSTREAM_WORKER_READY_FILE": str(ready_file)}
+    worker = subprocess.Popen([sys.executable, "-m", "services.cli", "worker"], env=env, cwd=REPO,
+                              stdout=open(Path(settings.data_dir) / "worker.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        t0 = time.perf_counter()
+        while not ready_file.exists():
+            if worker.poll() is not None:
+                raise RuntimeError(f"the worker exited ({worker.returncode}); see {settings.data_dir}/worker.log")
+            if time.perf_counter() - t0 > 600:
+                raise RuntimeError("the worker did not get ready in 10 minutes")
+            time.sleep(0.2)
+        load = time.perf_counter() - t0
+        pipeline = build_pipeline(settings, views=())
+        await pipeline.start_log()
+        events = list(locomo.events(samples, TENANT, conversations))
+        foreign = [e for e in events if e.conversation_id == kcat_conv]
+        own = [e for e in events if e.conversation_id != kcat_conv]
+        t_first = time.perf_counter()
+        await Publisher(pipeline.log, settings.log.topic).publish(own)
+        if foreign:
+            kcat_publish(settings.log.url.removeprefix("kafka://").split("?")[0], settings.log.topic, foreign)
+        end = await pipeline.log.end_offsets(settings.log.topic)
+        log(f"published {len(own)} events with the log adapter and {len(foreign)} with kcat")
+        # Ready: every view's position (kept with its writes) at the end offset.
+        views = LiveViews(Registry(settings))
+        while True:
+            lag = 0
+            for view in VIEW_NAMES:
+                try:
+                    positions = views.store(view).positions()
+                except Exception:  # noqa: BLE001 - the worker owns Qdrant's local store until it stops
+                    positions = None
+                if positions is None and view == "dense":
+                    continue
+                lag += sum(max(0, off - (positions or {}).get(p, 0)) for p, off in end.items())
+            if lag == 0:
+                break
+            if worker.poll() is not None:
+                raise RuntimeError(f"the worker exited ({worker.returncode}); see {settings.data_dir}/worker.log")
+            time.sleep(0.25)
+        views.close()
+        await pipeline.close()
+        return {"turns": len(events), "kcat_events": len(foreign), "model_load_seconds": round(load, 2), "end_offsets": end,
+                "t_first": t_first}
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(120)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+
+
+async def dense_ready(settings: Settings, end: dict, t_first: float) -> float:
+    """After the workers stop, the dense view (Qdrant local) can be read: wait for its positions too."""
+    views = LiveViews(Registry(settings))
+    try:
+        positions = views.store("dense").positions()
+        missing = sum(max(0, off - positions.get(p, 0)) for p, off in end.items())
+        if missing:
+            raise RuntimeError(f"the dense view is {missing} records behind after the workers stopped")
+    finally:
+        views.close()
+    return time.perf_counter() - t_first
+
+
+def evaluate(settings: Settings, registry: Registry, qs, strategies, budgets) -> dict:
+    views = LiveViews(registry)
+    service = QueryService(views, registry.encoder(), registry.extractor())
+    service.start()
+    try:
+        return {name: evaluate_strategy(service, qs, name, budgets, TENANT, 5) for name in strategies}
+    finally:
+        views.close()
+
+
+async def replay_under_queries(settings: Settings, registry: Registry, qs, log) -> dict:
+    """Rebuild every view from offset 0 while a thread keeps querying; count failed queries."""
+    views = LiveViews(registry, refresh_seconds=0.05)
+    service = QueryService(views, registry.encoder(), registry.extractor())
+    service.start()
+    stop, failures, done = threading.Event(), [], [0]
+    before = {q.question: [e.unit_id for e in service.search(SearchRequest(question=q.question, tenant_id=TENANT, conversation_id=q.conversation)).evidence]
+              for q in qs[:20]}
+
+    def query_loop():
+        i = 0
+        while not stop.is_set():
+            q = qs[i % len(qs)]
+            try:
+                service.search(SearchRequest(question=q.question, tenant_id=TENANT, conversation_id=q.conversation))
+                done[0] += 1
+            except Exception as exc:  # noqa: BLE001 - that is what we count
+                failures.append(repr(exc))
+            i += 1
+
+    thread = threading.Thread(target=query_loop)
+    thread.start()
+    pipeline = build_pipeline(settings, registry=registry, views=VIEW_NAMES)
+    await pipeline.start_log()
+    generations = {}
+    t0 = time.perf_counter()
+    try:
+        for view in VIEW_NAMES:
+            generations[view] = await pipeline.replay(view)
+            log(f"replayed {view} into generation {generations[view]}")
+    finally:
+        stop.set()
+        thread.join()
+        await pipeline.close()
+    after = {q.question: [e.unit_id for e in service.search(SearchRequest(question=q.question, tenant_id=TENANT, conversation_id=q.conversation)).evidence]
+             for q in qs[:20]}
+    views.close()
+    return {"seconds": round(time.perf_counter() - t0, 2), "generations": generations, "queries_during_replay": done[0],
+            "failed_queries": len(failures), "failures": failures[:5], "same_evidence_after": before == after}
+
+
+async def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
+    ap.add_argument("--conversations", help="comma-separated sample ids (default: all)")
+    ap.add_argument("--kcat", help="publish this conversation with kcat instead of the log adapter")
+    ap.add_argument("--strategies", default="zero-mem,bm25,dense")
+    ap.add_argument("--no-replay", action="store_true")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    samples = locomo.load(args.locomo)
+    conversations = set(args.conversations.split(",")) if args.conversations else None
+    qs = questions(samples, conversations)
+    strategies = args.strategies.split(",")
+    budgets = [10, 25]
+    report: dict = {"questions": len(qs), "conversations": sorted(conversations) if conversations else "all"}
+    work = Path(tempfile.mkdtemp(prefix="memstream-dist-bench-"))
+    with ExitStack() as stack:
+        kafka = stack.enter_context(servers.kafka())
+        opensearch = stack.enter_context(servers.opensearch())
+        neo4j = stack.enter_context(servers.neo4j())
+        # -- embedded --
+        emb = Settings.load(data_dir=work / "embedded")
+        reg = Registry(emb)
+        report["embedded"] = {"ingest": await ingest(emb, reg, samples, TENANT, conversations)}
+        report["embedded"]["strategies"] = evaluate(emb, reg, qs, strategies, budgets)
+        log(f"embedded: {json.dumps({k: v['recall'] for k, v in report['embedded']['strategies'].items()})}")
+        # -- distributed --
+        prefix = f"bench{uuid.uuid4().hex[:6]}"
+        dist = Settings.load(
+            data_dir=work / "distributed",
+            log={"url": f"kafka://{kafka}", "topic": f"{prefix}.events"},
+            views={"hierarchy_url": f"opensearch://{opensearch.removeprefix('http://')}?prefix={prefix}",
+                   "lexical_url": f"opensearch://{opensearch.removeprefix('http://')}?prefix={prefix}",
+                   "dense_url": f"qdrant+local://{work / 'distributed' / 'qdrant'}?prefix={prefix}",
+                   "graph_url": neo4j},
+        )
+        Path(dist.data_dir).mkdir(parents=True, exist_ok=True)
+        info = await distributed_ingest(dist, samples, conversations, args.kcat, log)
+        seconds = await dense_ready(dist, info.pop("end_offsets"), info.pop("t_first"))
+        info["seconds"] = round(seconds, 2)
+        report["distributed"] = {"ingest": info}
+        dreg = Registry(dist)
+        report["distributed"]["strategies"] = evaluate(dist, dreg, qs, strategies, budgets)
+        log(f"distributed: {json.dumps({k: v['recall'] for k, v in report['distributed']['strategies'].items()})}")
+        if not args.no_replay:
+            report["distributed"]["replay"] = await replay_under_queries(dist, dreg, qs, log)
+        dreg.close()
+    e, d = report["embedded"], report["distributed"]
+    report["comparison"] = {
+        "ingest_turns_per_second": {"embedded": round(e["ingest"]["turns"] / e["ingest"]["seconds"], 1),
+                                    "distributed": round(d["ingest"]["turns"] / d["ingest"]["seconds"], 1)},
+        "recall_difference_points": {s: {b: round(100 * (d["strategies"][s]["recall"][b]["all"] - e["strategies"][s]["recall"][b]["all"]), 2)
+                                         for b in ("budget_10", "budget_25")} for s in strategies},
+        "query_latency_ratio_distributed_over_embedded": {
+            s: {p: round(d["strategies"][s]["latency_ms"][p] / max(e["strategies"][s]["latency_ms"][p], 1e-9), 2) for p in ("p50", "p95")}
+            for s in strategies},
+    }
+    c = report["comparison"]["ingest_turns_per_second"]
+    c["ratio_distributed_over_embedded"] = round(c["distributed"] / c["embedded"], 2)
+    print(json.dumps(report, indent=2))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
