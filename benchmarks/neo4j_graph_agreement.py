@@ -146,6 +146,26 @@ def main() -> None:
                     rank = lambda s: sorted(s, key=lambda k: (-s[k], k))[:10]  # noqa: E731
                     p["top10_identical"] += rank(got) == rank(want)
                     p["runs"] += 1
+        # narrower and wider boundaries: the whole tenant, some sessions, a time window, an agent
+        tenant, conv = sorted(changes)[0]
+        turns = sorted(changes[(tenant, conv)].put_turns, key=lambda t: t.occurred_at)
+        sessions = tuple(sorted({t.session_id for t in turns})[:3])
+        extra = {"tenant-wide": Boundary(tenant), "3 sessions": Boundary(tenant, (conv,), session_ids=sessions),
+                 "time window": Boundary(tenant, (conv,), since=turns[len(turns) // 4].occurred_at, until=turns[len(turns) // 2].occurred_at),
+                 "one agent": Boundary(tenant, (conv,), agent_ids=(turns[0].agent_id,))}
+        report["boundaries"] = {}
+        for label, b in extra.items():
+            snap = sq._snapshot(b)
+            worst = 0.0
+            for reset in resets(sq, b, 3, rng):
+                want = sq.personalized_pagerank(b, reset, 0.8, max_iterations=1000, tolerance=1e-12)
+                got = neo.personalized_pagerank(b, reset, 0.8, max_iterations=1000, tolerance=1e-12)
+                assert set(got) == set(want), f"{label}: different context sets"
+                worst = max(worst, max(abs(got[k] - want[k]) for k in want))
+            report["boundaries"][label] = {
+                "contexts": len(snap.contexts), "ppr_converged_max_abs_diff": worst,
+                "reads_equal": sq.entity_names(b) == neo.entity_names(b) and sq.context_mentions(b) == neo.context_mentions(b)
+                and sq.co_sentences(b, snap.entities[:5]) == neo.co_sentences(b, snap.entities[:5])}
         report["reads_equal"] = dict(reads_equal)
         report["align_max_score_diff"] = align_diff
         report["ppr"] = ppr

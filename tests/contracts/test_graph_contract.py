@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -15,18 +17,37 @@ from tests.contracts.builders import row, unit_vector
 pytestmark = pytest.mark.contract
 
 
-def _sqlite(tmp_path):
+def _sqlite(request, tmp_path):
     from infra.graph.sqlite import SqliteGraphStore
 
     return SqliteGraphStore(tmp_path / "graph.sqlite", 1)
 
 
-ADAPTERS = {"sqlite": _sqlite}
+def _neo4j(request, tmp_path):
+    from infra.graph.neo4j import Neo4jGraphStore
+
+    # One server per session; a random generation number per test is the namespace every
+    # node, query and GDS projection of the store is bound to, so tests never see each other.
+    uri, generation = request.getfixturevalue("neo4j_uri"), uuid.uuid4().int % 2**52 + 1_000_000
+
+    def cleanup():  # runs after the store is closed: a second store drops the generation's nodes
+        leftover = Neo4jGraphStore(uri, generation)
+        try:
+            leftover.drop_generation()
+        finally:
+            leftover.close()
+
+    request.addfinalizer(cleanup)
+    return Neo4jGraphStore(uri, generation)
 
 
-@pytest.fixture(params=sorted(ADAPTERS))
+ADAPTERS = {"sqlite": _sqlite, "neo4j": _neo4j}
+NEEDS_SERVER = {"neo4j"}
+
+
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.integration) if name in NEEDS_SERVER else name for name in sorted(ADAPTERS)])
 def store(request, tmp_path):
-    s = ADAPTERS[request.param](tmp_path)
+    s = ADAPTERS[request.param](request, tmp_path)
     yield s
     s.close()
 

@@ -10,18 +10,67 @@ import pytest
 pytestmark = pytest.mark.contract
 
 
-def _sqlite(tmp_path):
+def _sqlite(request, tmp_path):
     from infra.catalog.sqlite import SqliteViewCatalog
 
     return SqliteViewCatalog(tmp_path / "catalog.sqlite")
 
 
-ADAPTERS = {"sqlite": _sqlite}
+def _neo4j(request, tmp_path):
+    from infra.catalog.neo4j import Neo4jViewCatalog
+
+    # The server is shared by the session; tests are isolated by their fresh view names
+    # (the `view` fixture), whose catalog nodes are deleted afterwards.
+    catalog = Neo4jViewCatalog(request.getfixturevalue("neo4j_uri"))
+    view = request.getfixturevalue("view")
+
+    def cleanup():
+        with catalog._driver.session() as s:
+            s.run("MATCH (n) WHERE (n:MemstreamGeneration OR n:MemstreamCatalogLock) AND n.view STARTS WITH $view DETACH DELETE n",
+                  view=view).consume()
+        catalog.close()
+
+    request.addfinalizer(cleanup)
+    return catalog
 
 
-@pytest.fixture(params=sorted(ADAPTERS))
+def _opensearch(request, tmp_path):
+    from opensearchpy import OpenSearch
+
+    from infra.catalog.opensearch import OpenSearchViewCatalog
+
+    # A fresh index prefix per test; afterwards every index it made (catalog, anchors) is deleted.
+    url, prefix = request.getfixturevalue("opensearch_url"), f"contract-{uuid.uuid4().hex[:10]}"
+    catalog = OpenSearchViewCatalog(url, prefix)
+
+    def cleanup():
+        catalog.close()
+        client = OpenSearch(hosts=[url])
+        names = list(client.indices.get(index=f"{prefix}-*", expand_wildcards="all", allow_no_indices=True))
+        if names:
+            client.indices.delete(index=",".join(names))
+        client.close()
+
+    request.addfinalizer(cleanup)
+    return catalog
+
+
+def _qdrant(request, tmp_path):
+    from infra.catalog.qdrant import QdrantViewCatalog
+
+    # qdrant-client's local mode (no Qdrant server is obtainable here), in the test's directory.
+    catalog = QdrantViewCatalog(str(tmp_path / "qdrant"), f"contract-{uuid.uuid4().hex[:10]}")
+    request.addfinalizer(catalog.close)
+    return catalog
+
+
+ADAPTERS = {"sqlite": _sqlite, "neo4j": _neo4j, "opensearch": _opensearch, "qdrant": _qdrant}
+NEEDS_SERVER = {"neo4j", "opensearch"}
+
+
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.integration) if name in NEEDS_SERVER else name for name in sorted(ADAPTERS)])
 def catalog(request, tmp_path):
-    return ADAPTERS[request.param](tmp_path)
+    return ADAPTERS[request.param](request, tmp_path)
 
 
 @pytest.fixture

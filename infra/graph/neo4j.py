@@ -1,0 +1,561 @@
+"""Graph view on Neo4j: the entity–context graph as a property graph, personalised PageRank
+computed on the server by the Graph Data Science library (GDS >= 2.18 for weighted sources).
+
+Data model (one Neo4j database; every memstream node carries the generation `gen`, so replay
+builds generation N+1 beside N and every query filters on it):
+
+    (:Context {gen, turn_id, tenant_id, conversation_id, session_id, event_id, agent_id,
+               speaker, role, turn_index, occurred_at: DateTime, text, source_ref,
+               partition, offset, content_hash})          one per turn: graph node + turn ledger
+    (:Entity {gen, entity_id, tenant_id, name, label, vector: [float]})
+                                                          no `vector` on keyword entities
+    (:Context)-[:MENTIONS {count, weight, kind}]->(:Entity)     eq. 4 weight; kind ner|speaker|keyword|value
+    (:Context)-[:NEXT {session_id}]->(:Context)                 adjacency, replaced per session
+    (:Context)-[:HAS_SENTENCE]->(:Sentence {gen, sentence_id, context_id, idx, start, end, entity_ids})
+    (:MemstreamPosition {view: 'graph', gen, partition, next_offset})
+    (:MemstreamVersion {view: 'graph', gen, tenant_id, conversation_id, version})
+
+Uniqueness constraints on (gen, turn_id), (gen, entity_id), (gen, sentence_id) and on the
+position/version keys back every MERGE; composite indexes on (gen, tenant_id[, conversation_id])
+serve the boundary reads. Sentences hang off their context so that deleting a turn
+(DETACH DELETE) takes its mentions, adjacency and sentences with it.
+
+Writes: one explicit transaction per change set — forgets (with garbage collection of entities
+nobody mentions any more), turn deletions, ledger puts, entities, mentions, sentences, adjacency,
+then the positions and the conversation-version bumps — all batched with UNWIND and MERGE on
+deterministic ids, so the view and its positions commit together and a replayed change set only
+rewrites the same nodes.
+
+Entity alignment: exact normalised name first (schemas.units.entity_id), else cosine top-k over
+the boundary's named entities computed by Neo4j (`vector.similarity.cosine`, which returns
+(1 + cos) / 2: mapped back to cos). A vector index is not used: `db.index.vector.queryNodes`
+searches the whole index approximately and can only be filtered afterwards, so the top-k of
+*the boundary's* entities (those mentioned by its contexts, a relationship condition) could be
+missing from its answer.
+
+Personalised PageRank runs on the server:
+
+1. Projection (Cypher aggregation `gds.graph.project`): the boundary's contexts, every entity
+   they mention as a graph node (kinds ner/speaker/keyword), MENTIONS with weight > 0 as
+   relationships weighted by eq. 4 and NEXT between two boundary contexts weighted by
+   `adjacency_weight` (when > 0), all undirected (`undirectedRelationshipTypes: ['*']`, i.e.
+   both directions). Excluded labels and hubs (mentioned by more than `max_share` of the
+   contexts) stay in the projection as isolated nodes, exactly as they stay in the embedded
+   twin's matrix with their edges zeroed: reset mass put on them must still count.
+2. `gds.pageRank.stream` with dampingFactor = damping, relationshipWeightProperty 'w',
+   maxIterations = max_iterations, weighted sourceNodes [[node, r_i]] (r normalised to sum 1)
+   and tolerance = tolerance / node count: GDS stops propagating a node's delta once it is
+   <= its tolerance, while the port's tolerance bounds the L1 change of the whole vector;
+   with the caller's value per node, the mass left behind added up to ~2e-4 on LoCoMo graphs.
+3. Dangling nodes. GDS computes x = (1-d) r + d P^T x and drops the mass that reaches a node
+   without relationships; the embedded definition sends that mass back to r:
+   pi = (1-d) r + d (P^T pi + D(pi) r). Both are linear in r, so pi = c * x with one scalar c,
+   and since pi sums to 1, pi = x / sum(x). The query divides by the sum of all streamed
+   scores on the server. Converged, both agree to ~1e-8. Cut short by max_iterations they
+   differ: GDS sums the series (1-d) sum_k (d P^T)^k r term by term (error ~ d^k), the embedded
+   power iteration starts from r and its error shrinks faster, so few iterations (the query
+   service's 30 at d = 0.8) leave GDS ~1e-4 away where the embedded store is ~1e-7 away.
+
+Projection caching and invalidation. A projection is named
+`memstream-graph-g<gen>-<key>-<version>`: `key` hashes the boundary (tenant, conversations,
+sessions, agents, since/until) and the walk parameters (adjacency_weight, excluded labels,
+max_share), `version` hashes the boundary's conversation versions (bumped in the same
+transaction as every write). A changed version therefore never hits a stale projection; the
+first reader that builds the new one drops its older siblings (same key, other version). Names
+are deterministic, so processes share projections; each store keeps an LRU of the names it
+uses (`max_projections`, default 8), drops what falls out of it, and drops the rest on close().
+A reader whose projection was dropped under it (by another process's LRU) rebuilds it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections import OrderedDict, defaultdict
+from typing import Iterator
+
+import numpy as np
+from neo4j import exceptions as neo_exc
+
+from infra.neo4j_base import connect, drop_generation_data, ensure_schema, projection_prefix, props_to_turn, translated, turn_props, utc
+from schemas.errors import MemstreamError, StoreError
+from schemas.ordering import order_turns
+from schemas.ports.graph import CoSentence, EntityMatch, GraphChangeSet
+from schemas.ports.views import Boundary, Forget, Positions, TurnRow
+
+log = logging.getLogger(__name__)
+
+VIEW = "graph"
+NODE_KINDS = ["ner", "speaker", "keyword"]  # mention kinds that are graph edges (values are not)
+_BATCH = 2000  # UNWIND rows per statement
+
+_SCHEMA = [
+    "CREATE CONSTRAINT memstream_context_key IF NOT EXISTS FOR (n:Context) REQUIRE (n.gen, n.turn_id) IS UNIQUE",
+    "CREATE CONSTRAINT memstream_entity_key IF NOT EXISTS FOR (n:Entity) REQUIRE (n.gen, n.entity_id) IS UNIQUE",
+    "CREATE CONSTRAINT memstream_sentence_key IF NOT EXISTS FOR (n:Sentence) REQUIRE (n.gen, n.sentence_id) IS UNIQUE",
+    "CREATE CONSTRAINT memstream_position_key IF NOT EXISTS FOR (n:MemstreamPosition) REQUIRE (n.view, n.gen, n.partition) IS UNIQUE",
+    "CREATE CONSTRAINT memstream_version_key IF NOT EXISTS FOR (n:MemstreamVersion) "
+    "REQUIRE (n.view, n.gen, n.tenant_id, n.conversation_id) IS UNIQUE",
+    "CREATE INDEX memstream_context_tenant IF NOT EXISTS FOR (n:Context) ON (n.gen, n.tenant_id)",
+    "CREATE INDEX memstream_context_scope IF NOT EXISTS FOR (n:Context) ON (n.gen, n.tenant_id, n.conversation_id)",
+    "CREATE INDEX memstream_entity_tenant IF NOT EXISTS FOR (n:Entity) ON (n.gen, n.tenant_id)",
+    "CREATE INDEX memstream_version_tenant IF NOT EXISTS FOR (n:MemstreamVersion) ON (n.view, n.gen, n.tenant_id)",
+]
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=8).hexdigest()
+
+
+def _chunks(items: list, size: int = _BATCH) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def _scope(b: Boundary, var: str = "c") -> tuple[str, dict]:
+    """Cypher condition on a Context variable for a boundary, with its parameters. Only the
+    parts the boundary sets are emitted, so the planner can seek the composite indexes."""
+    cond, params = [f"{var}.gen = $gen", f"{var}.tenant_id = $tenant"], {"tenant": b.tenant_id}
+    if b.conversation_ids is not None:
+        cond.append(f"{var}.conversation_id IN $convs")
+        params["convs"] = list(b.conversation_ids)
+    if b.session_ids is not None:
+        cond.append(f"{var}.session_id IN $sessions")
+        params["sessions"] = list(b.session_ids)
+    if b.agent_ids is not None:
+        cond.append(f"{var}.agent_id IN $agents")
+        params["agents"] = list(b.agent_ids)
+    if b.since is not None:
+        cond.append(f"{var}.occurred_at >= $since")
+        params["since"] = utc(b.since)
+    if b.until is not None:
+        cond.append(f"{var}.occurred_at <= $until")
+        params["until"] = utc(b.until)
+    return " AND ".join(cond), params
+
+
+def _forget_scope(forget: Forget) -> tuple[str, dict]:
+    s = forget.scope
+    cond, params = ["c.gen = $gen", "c.tenant_id = $tenant"], {"tenant": forget.tenant_id}
+    if s.level in ("conversation", "session", "turn"):
+        cond.append("c.conversation_id = $conv")
+        params["conv"] = s.conversation_id
+    if s.level == "session":
+        cond.append("c.session_id = $session")
+        params["session"] = s.session_id
+    if s.level == "turn":
+        cond.append("c.event_id = $event")
+        params["event"] = s.event_id
+    return " AND ".join(cond), params
+
+
+class Neo4jGraphStore:
+    backend = "neo4j"
+    view = VIEW
+
+    def __init__(self, uri: str, generation: int, *, auth: tuple[str, str] | None = None, database: str | None = None,
+                 max_projections: int = 8, **driver_config):
+        self.uri = uri
+        self.generation = generation
+        self.database = database
+        self.max_projections = max_projections
+        self._driver = connect(uri, auth, **driver_config)  # lazy: no I/O until the first query
+        self._ready = False
+        self._ready_lock = threading.Lock()
+        self._projections: OrderedDict[str, int] = OrderedDict()  # name -> node count, the ones this store uses, LRU order
+        self._proj_lock = threading.Lock()
+        self._gds_checked = False
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _session(self):
+        if not self._ready:
+            with self._ready_lock, translated(self.uri, "creating the graph view's constraints and indexes"):
+                if not self._ready:
+                    with self._driver.session(database=self.database) as s:
+                        ensure_schema(s, _SCHEMA)
+                    self._ready = True
+        return self._driver.session(database=self.database)
+
+    def _query(self, what: str, query: str, **params) -> list:
+        """One auto-commit query bound to this generation (`$gen`); `what` names it in errors."""
+        with translated(self.uri, what), self._session() as s:
+            return list(s.run(query, gen=self.generation, **params))
+
+    def drop_generation(self) -> None:
+        """Delete this generation's nodes and GDS projections (a retired generation's storage)."""
+        with self._proj_lock:
+            self._projections.clear()
+        with translated(self.uri, f"dropping graph generation {self.generation}"), self._session() as s:
+            drop_generation_data(s, VIEW, self.generation)
+
+    def close(self) -> None:
+        """Drop this store's GDS projections (they hold server heap), then the driver."""
+        with self._proj_lock:
+            names, self._projections = list(self._projections), OrderedDict()
+        try:
+            for name in names:
+                self._drop_projection(name)
+        except MemstreamError as exc:  # closing must not fail; the next reader of a newer version drops leftovers
+            log.warning("gds projections left on the server count=%d reason=%s", len(names), exc)
+        finally:
+            self._driver.close()
+
+    # -- writes --------------------------------------------------------------------------
+    def apply(self, change: GraphChangeSet, positions: Positions) -> None:
+        """The whole change set, the positions and the version bumps in one transaction."""
+        with translated(self.uri, f"applying a change set to graph generation {self.generation}"), self._session() as s:
+            with s.begin_transaction() as tx:
+                self._apply(tx, change, positions)
+                tx.commit()
+
+    def _apply(self, tx, change: GraphChangeSet, positions: Positions) -> None:
+        gen = self.generation
+        touched: set[tuple[str, str]] = set()
+        for forget in change.forgets:
+            touched |= self._forget(tx, forget)
+        for chunk in _chunks(change.delete_turns):
+            touched |= self._delete_contexts(tx, "c.gen = $gen AND c.turn_id IN $ids", {"ids": chunk})
+        for chunk in _chunks([turn_props(t) for t in change.put_turns]):
+            tx.run("UNWIND $rows AS r MERGE (c:Context {gen: $gen, turn_id: r.turn_id}) SET c += r", rows=chunk, gen=gen).consume()
+        touched |= {(t.tenant_id, t.conversation_id) for t in change.put_turns}
+        entities = [{"entity_id": e.entity_id, "tenant_id": e.tenant_id, "name": e.name, "label": e.label,
+                     "vector": [float(x) for x in np.asarray(e.vector, np.float32).ravel()] or None} for e in change.entities]
+        for chunk in _chunks(entities):
+            # Existing entities are kept as they are (the embedded twin's INSERT OR IGNORE).
+            tx.run("UNWIND $rows AS r MERGE (e:Entity {gen: $gen, entity_id: r.entity_id}) "
+                   "ON CREATE SET e.tenant_id = r.tenant_id, e.name = r.name, e.label = r.label, e.vector = r.vector",
+                   rows=chunk, gen=gen).consume()
+        mentions = [{"c": m.context_id, "e": m.entity_id, "count": m.count, "weight": float(m.weight), "kind": m.kind} for m in change.mentions]
+        written = 0
+        for chunk in _chunks(mentions):
+            written += tx.run(
+                "UNWIND $rows AS r MATCH (c:Context {gen: $gen, turn_id: r.c}) MATCH (e:Entity {gen: $gen, entity_id: r.e}) "
+                "MERGE (c)-[m:MENTIONS]->(e) SET m.count = r.count, m.weight = r.weight, m.kind = r.kind RETURN count(m) AS n",
+                rows=chunk, gen=gen).single()["n"]
+        if written != len(mentions):
+            log.warning("graph mentions skipped=%d reason=unknown_context_or_entity generation=%d", len(mentions) - written, gen)
+        sentences = [{"sentence_id": x.sentence_id, "context_id": x.context_id, "idx": x.index, "start": x.start, "end": x.end,
+                      "entity_ids": list(x.entity_ids)} for x in change.sentences]
+        for chunk in _chunks(sentences):
+            tx.run("UNWIND $rows AS r MATCH (c:Context {gen: $gen, turn_id: r.context_id}) "
+                   "MERGE (s:Sentence {gen: $gen, sentence_id: r.sentence_id}) SET s += r MERGE (c)-[:HAS_SENTENCE]->(s)",
+                   rows=chunk, gen=gen).consume()
+        for (tenant, conv, session), edges in change.adjacency.items():
+            tx.run("MATCH (a:Context)-[r:NEXT]->() WHERE a.gen = $gen AND a.tenant_id = $tenant AND a.conversation_id = $conv "
+                   "AND r.session_id = $session DELETE r", gen=gen, tenant=tenant, conv=conv, session=session).consume()
+            for chunk in _chunks([[e.source, e.target] for e in edges]):
+                tx.run("UNWIND $rows AS r MATCH (a:Context {gen: $gen, turn_id: r[0]}) MATCH (b:Context {gen: $gen, turn_id: r[1]}) "
+                       "MERGE (a)-[n:NEXT]->(b) SET n.session_id = $session", rows=chunk, gen=gen, session=session).consume()
+            touched.add((tenant, conv))
+        tx.run("UNWIND $rows AS r MERGE (p:MemstreamPosition {view: $view, gen: $gen, partition: r[0]}) SET p.next_offset = r[1]",
+               rows=[[int(p), int(o)] for p, o in positions.items()], view=VIEW, gen=gen).consume()
+        tx.run("UNWIND $rows AS r MERGE (v:MemstreamVersion {view: $view, gen: $gen, tenant_id: r[0], conversation_id: r[1]}) "
+               "SET v.version = coalesce(v.version, 0) + 1", rows=[list(k) for k in sorted(touched)], view=VIEW, gen=gen).consume()
+
+    def _delete_contexts(self, tx, where: str, params: dict) -> set[tuple[str, str]]:
+        """DETACH DELETE matching contexts (mentions, adjacency) and their sentences; returns
+        the conversations they belonged to."""
+        rec = tx.run(
+            f"MATCH (c:Context) WHERE {where} "
+            "WITH collect(c) AS cs, collect(DISTINCT [c.tenant_id, c.conversation_id]) AS touched "
+            "CALL (cs) { UNWIND cs AS c MATCH (c)-[:HAS_SENTENCE]->(s:Sentence) DETACH DELETE s } "
+            "CALL (cs) { UNWIND cs AS c DETACH DELETE c } "
+            "RETURN touched", gen=self.generation, **params).single()
+        return {(t, c) for t, c in rec["touched"]} if rec else set()
+
+    def _forget(self, tx, forget: Forget) -> set[tuple[str, str]]:
+        where, params = _forget_scope(forget)
+        touched = self._delete_contexts(tx, where, params)
+        # Entities nobody mentions any more are forgotten too (their name is tenant data).
+        tx.run("MATCH (e:Entity) WHERE e.gen = $gen AND e.tenant_id = $tenant AND NOT EXISTS { (e)<-[:MENTIONS]-() } "
+               "DETACH DELETE e", gen=self.generation, tenant=forget.tenant_id).consume()
+        return touched
+
+    # -- ledger, positions, versions -------------------------------------------------------
+    def positions(self) -> Positions:
+        rows = self._query("reading positions", "MATCH (p:MemstreamPosition {view: $view, gen: $gen}) RETURN p.partition AS p, p.next_offset AS o",
+                           view=VIEW)
+        return {r["p"]: r["o"] for r in rows}
+
+    def conversation_version(self, tenant_id: str, conversation_id: str | None) -> int:
+        cond = "" if conversation_id is None else " AND v.conversation_id = $conv"
+        rows = self._query("reading conversation versions",
+                           f"MATCH (v:MemstreamVersion) WHERE v.view = $view AND v.gen = $gen AND v.tenant_id = $tenant{cond} "
+                           "RETURN coalesce(sum(v.version), 0) AS n", view=VIEW, tenant=tenant_id, conv=conversation_id)
+        return int(rows[0]["n"]) if rows else 0
+
+    def known_tenant(self, tenant_id: str) -> bool:
+        return bool(self._query("looking up a tenant", "MATCH (c:Context) WHERE c.gen = $gen AND c.tenant_id = $tenant RETURN 1 LIMIT 1",
+                                tenant=tenant_id))
+
+    def _turns(self, what: str, where: str, **params) -> list[TurnRow]:
+        rows = self._query(what, f"MATCH (c:Context) WHERE {where} RETURN properties(c) AS p", **params)
+        return [props_to_turn(r["p"]) for r in rows]
+
+    def find_turns(self, tenant_id: str, conversation_id: str, event_ids: list[str]) -> dict[str, TurnRow]:
+        turns = self._turns("finding turns", "c.gen = $gen AND c.tenant_id = $tenant AND c.conversation_id = $conv AND c.event_id IN $ids",
+                            tenant=tenant_id, conv=conversation_id, ids=list(event_ids))
+        return {t.event_id: t for t in turns}
+
+    def session_turns(self, tenant_id: str, conversation_id: str, session_id: str) -> list[TurnRow]:
+        return order_turns(self._turns(
+            "reading a session's turns", "c.gen = $gen AND c.tenant_id = $tenant AND c.conversation_id = $conv AND c.session_id = $session",
+            tenant=tenant_id, conv=conversation_id, session=session_id))
+
+    def turns_in_scope(self, forget: Forget) -> list[TurnRow]:
+        where, params = _forget_scope(forget)
+        return self._turns("reading the turns a forget covers", where, **params)
+
+    # -- reads ---------------------------------------------------------------------------
+    def known_entities(self, tenant_id: str, entity_ids: list[str]) -> set[str]:
+        rows = self._query("looking up entities", "MATCH (e:Entity) WHERE e.gen = $gen AND e.entity_id IN $ids AND e.tenant_id = $tenant "
+                           "RETURN e.entity_id AS e", tenant=tenant_id, ids=list(entity_ids))
+        return {r["e"] for r in rows}
+
+    def _present(self, boundary: Boundary, entity_ids: list[str]) -> list:
+        where, params = _scope(boundary)
+        return self._query(
+            "matching entities inside a boundary",
+            "MATCH (e:Entity) WHERE e.gen = $gen AND e.entity_id IN $ids "
+            f"AND EXISTS {{ MATCH (e)<-[m:MENTIONS]-(c:Context) WHERE m.kind IN $kinds AND {where} }} "
+            "RETURN e.entity_id AS id, e.name AS name, e.label AS label", ids=list(entity_ids), kinds=NODE_KINDS, **params)
+
+    def present(self, boundary: Boundary, entity_ids: list[str]) -> set[str]:
+        return {r["id"] for r in self._present(boundary, entity_ids)} if entity_ids else set()
+
+    def align_entities(self, boundary: Boundary, names: list[str], vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
+        from schemas.units import entity_id
+
+        exact_ids = [entity_id(boundary.tenant_id, n) for n in names]
+        found = {r["id"]: r for r in self._present(boundary, exact_ids)} if names else {}
+        out: list[list[EntityMatch]] = [[EntityMatch(e, found[e]["name"], found[e]["label"], 1.0)] if e in found else [] for e in exact_ids]
+        q = np.atleast_2d(np.asarray(vectors, dtype=np.float32)) if len(names) else np.zeros((0, 0), np.float32)
+        todo = [i for i, e in enumerate(exact_ids) if e not in found and i < q.shape[0]]
+        if not todo or k <= 0:
+            return out
+        queries = [{"i": i, "v": [float(x) for x in q[i]], "zero": not np.any(q[i])} for i in todo]
+        where, params = _scope(boundary)
+        # The cosine is Neo4j's (mapped from its [0, 1] range back to [-1, 1]); a zero query
+        # vector scores 0 everywhere, as a dot product would.
+        rows = self._query(
+            "aligning query entities by cosine",
+            f"MATCH (c:Context) WHERE {where} MATCH (c)-[m:MENTIONS]->(e:Entity) WHERE m.kind IN $kinds AND e.vector IS NOT NULL "
+            "WITH collect(DISTINCT e) AS ents UNWIND $queries AS q "
+            "CALL (q, ents) { UNWIND ents AS e "
+            "  WITH e, CASE WHEN q.zero THEN 0.0 ELSE 2.0 * vector.similarity.cosine(e.vector, q.v) - 1.0 END AS score "
+            "  ORDER BY score DESC, e.entity_id ASC LIMIT $k RETURN e, score } "
+            "RETURN q.i AS i, e.entity_id AS id, e.name AS name, e.label AS label, score ORDER BY i, score DESC, id",
+            kinds=NODE_KINDS, queries=queries, k=int(k), **params)
+        for r in rows:
+            out[r["i"]].append(EntityMatch(r["id"], r["name"], r["label"], float(r["score"])))
+        return out
+
+    def entity_names(self, boundary: Boundary) -> dict[str, str]:
+        where, params = _scope(boundary)
+        rows = self._query("reading a boundary's entity names",
+                           f"MATCH (c:Context) WHERE {where} MATCH (c)-[m:MENTIONS]->(e:Entity) WHERE m.kind IN $kinds AND e.vector IS NOT NULL "
+                           "RETURN DISTINCT e.name AS name, e.label AS label", kinds=NODE_KINDS, **params)
+        return {r["name"]: r["label"] for r in rows}
+
+    def context_mentions(self, boundary: Boundary) -> dict[str, list[tuple[str, str]]]:
+        where, params = _scope(boundary)
+        rows = self._query("reading a boundary's mentions",
+                           f"MATCH (c:Context) WHERE {where} MATCH (c)-[:MENTIONS]->(e:Entity) "
+                           "RETURN c.turn_id AS c, e.name AS name, e.label AS label ORDER BY c, e.entity_id", **params)
+        out: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for r in rows:
+            out[r["c"]].append((r["name"], r["label"]))
+        return dict(out)
+
+    def co_sentences(self, boundary: Boundary, entity_ids: list[str]) -> list[CoSentence]:
+        if not entity_ids:
+            return []
+        where, params = _scope(boundary)
+        rows = self._query("reading co-occurrence sentences",
+                           f"MATCH (c:Context) WHERE {where} MATCH (c)-[:HAS_SENTENCE]->(s:Sentence) "
+                           "WHERE any(x IN s.entity_ids WHERE x IN $ids) "
+                           "RETURN s.sentence_id AS id, s.context_id AS c, s.entity_ids AS ents ORDER BY id",
+                           ids=list(entity_ids), **params)
+        return [CoSentence(r["id"], r["c"], tuple(r["ents"])) for r in rows]
+
+    def context_entities(self, tenant_id: str, context_ids: list[str]) -> dict[str, set[str]]:
+        rows = self._query("reading contexts' entities",
+                           "MATCH (c:Context) WHERE c.gen = $gen AND c.turn_id IN $ids AND c.tenant_id = $tenant "
+                           "MATCH (c)-[m:MENTIONS]->(e:Entity) WHERE m.kind IN $kinds RETURN c.turn_id AS c, e.entity_id AS e",
+                           tenant=tenant_id, ids=list(dict.fromkeys(context_ids)), kinds=NODE_KINDS)
+        out: dict[str, set[str]] = defaultdict(set)
+        for r in rows:
+            out[r["c"]].add(r["e"])
+        return dict(out)
+
+    # -- personalised PageRank (GDS) -----------------------------------------------------------
+    def personalized_pagerank(self, boundary: Boundary, reset: dict[str, float], damping: float, *, adjacency_weight: float = 1.0,
+                              exclude_labels: tuple[str, ...] = (), max_share: float = 1.0, max_iterations: int = 50,
+                              tolerance: float = 1e-7) -> dict[str, float]:
+        sources = [[node, float(mass)] for node, mass in sorted(reset.items()) if mass > 0]
+        if not sources:
+            return {}
+        self._require_weighted_sources()
+        walk = (float(adjacency_weight), tuple(sorted(set(exclude_labels))), float(max_share))
+        for attempt in (0, 1):
+            projection = self._projection(boundary, *walk)
+            if projection is None:
+                return {}  # no context inside the boundary
+            name, nodes = projection
+            try:
+                # The port's tolerance bounds the L1 change of the whole vector; GDS's bounds each
+                # node's delta (a smaller one is not propagated). tolerance / nodes keeps the mass
+                # GDS leaves behind per superstep within the port's tolerance.
+                return self._pagerank(name, boundary, sources, damping, max_iterations, tolerance / max(nodes, 1))
+            except StoreError as exc:
+                # The projection was dropped by another process's LRU, or a write landed between
+                # projecting and streaming (a source is no longer in the projection): rebuild once.
+                gone = isinstance(exc.__cause__, neo_exc.ClientError) and (
+                    "GraphNotFoundException" in exc.__cause__.message or "do not exist in the in-memory graph" in exc.__cause__.message)
+                if not gone or attempt:
+                    raise
+                with self._proj_lock:
+                    self._projections.pop(name, None)
+                self._drop_projection(name)
+        raise AssertionError("unreachable")
+
+    def _require_weighted_sources(self) -> None:
+        """The reset vector needs per-node source weights ([[node, bias], ...]): GDS >= 2.18."""
+        if self._gds_checked:
+            return
+        version = self._query("reading the GDS version", "RETURN gds.version() AS v")[0]["v"]
+        major, minor = (int(x) for x in version.split(".")[:2])
+        if (major, minor) < (2, 18):
+            raise StoreError(f"Neo4j at {self.uri} has Graph Data Science {version}, whose PageRank takes only uniform source "
+                             "nodes; the graph view needs weighted sourceNodes (GDS >= 2.18, on Neo4j 2025.x or newer)")
+        self._gds_checked = True
+
+    def _pagerank(self, name: str, boundary: Boundary, sources: list, damping: float, max_iterations: int, tolerance: float) -> dict[str, float]:
+        where, params = _scope(boundary)
+        # Sources are the reset ids that are nodes of the projection (the same membership rule as
+        # the projection query); GDS streams every node, the division by the total turns GDS's
+        # dangling-leaking scores into the embedded definition (module docstring, point 3).
+        rows = self._query(
+            "computing personalised PageRank with GDS",
+            "CALL () { "
+            f"  UNWIND $sources AS r MATCH (c:Context {{gen: $gen, turn_id: r[0]}}) WHERE {where} RETURN c AS n, r[1] AS mass "
+            "  UNION ALL "
+            "  UNWIND $sources AS r MATCH (e:Entity {gen: $gen, entity_id: r[0]}) "
+            f"  WHERE EXISTS {{ MATCH (e)<-[m:MENTIONS]-(c:Context) WHERE m.kind IN $kinds AND {where} }} RETURN e AS n, r[1] AS mass "
+            "} "
+            "WITH collect([n, mass]) AS src, sum(mass) AS total WHERE total > 0 "
+            "CALL gds.pageRank.stream($graph, {sourceNodes: [s IN src | [s[0], s[1] / total]], dampingFactor: $damping, "
+            "  relationshipWeightProperty: 'w', maxIterations: $iterations, tolerance: $tolerance, logProgress: false}) "
+            "YIELD nodeId, score "
+            "WITH collect([nodeId, score]) AS scores, sum(score) AS mass "
+            "UNWIND scores AS s WITH gds.util.asNode(s[0]) AS n, CASE WHEN mass > 0 THEN s[1] / mass ELSE 0.0 END AS score "
+            "WHERE n:Context RETURN n.turn_id AS id, score",
+            graph=name, sources=sources, kinds=NODE_KINDS, damping=float(damping), iterations=int(max_iterations),
+            tolerance=float(tolerance), **params)
+        return {r["id"]: float(r["score"]) for r in rows}
+
+    def _projection(self, boundary: Boundary, adjacency_weight: float, exclude: tuple[str, ...], max_share: float) -> tuple[str, int] | None:
+        """(name, node count) of a GDS projection of the boundary's graph at its current data
+        version, built if needed (module docstring: caching and invalidation); None for an empty
+        boundary."""
+        b = boundary
+        where, params = _scope(b)
+        versions = [(r["c"], r["v"]) for r in self._query(
+            "reading conversation versions",
+            "MATCH (v:MemstreamVersion) WHERE v.view = $view AND v.gen = $gen AND v.tenant_id = $tenant"
+            + (" AND v.conversation_id IN $convs" if b.conversation_ids is not None else "")
+            + " RETURN v.conversation_id AS c, v.version AS v ORDER BY c", view=VIEW, **params)]
+        key = _digest(b.tenant_id, sorted(b.conversation_ids) if b.conversation_ids is not None else None,
+                      sorted(b.session_ids) if b.session_ids is not None else None, sorted(b.agent_ids) if b.agent_ids is not None else None,
+                      b.since and utc(b.since).isoformat(), b.until and utc(b.until).isoformat(), adjacency_weight, exclude, max_share)
+        prefix = projection_prefix(VIEW, self.generation) + f"{key}-"
+        name = prefix + _digest(versions)
+        with self._proj_lock:
+            if name in self._projections:
+                self._projections.move_to_end(name)
+                return name, self._projections[name]
+        where_b, _ = _scope(b, "b")
+        try:
+            rows = self._query(
+                "projecting the boundary's graph into GDS",
+                f"MATCH (c:Context) WHERE {where} "
+                "WITH collect(c) AS cs "
+                "CALL (cs) { "
+                # every context is a node, even without edges
+                "  UNWIND cs AS c RETURN c AS s, null AS t, 0.0 AS w "
+                "  UNION ALL "
+                # every entity the contexts mention is a node; kept entities get their eq. 4 edges
+                "  UNWIND cs AS c MATCH (c)-[m:MENTIONS]->(e:Entity) WHERE m.kind IN $kinds "
+                "  WITH e, collect(CASE WHEN m.weight > 0 THEN [c, m.weight] END) AS edges, size(cs) AS nc "
+                "  WITH e, edges, NOT e.label IN $exclude AND size(edges) <= $max_share * nc AS keep "
+                "  UNWIND [[e, null, 0.0]] + CASE WHEN keep THEN [p IN edges | [p[0], e, p[1]]] ELSE [] END AS row "
+                "  RETURN row[0] AS s, row[1] AS t, row[2] AS w "
+                "  UNION ALL "
+                f"  UNWIND cs AS c MATCH (c)-[:NEXT]->(b:Context) WHERE $adjacency > 0 AND {where_b} "
+                "  RETURN c AS s, b AS t, $adjacency AS w "
+                "} "
+                "WITH gds.graph.project($name, s, t, CASE WHEN t IS NULL THEN {} ELSE {relationshipProperties: {w: w}} END, "
+                "  {undirectedRelationshipTypes: ['*']}) AS g "
+                "RETURN g.nodeCount AS nodes, g.relationshipCount AS rels",
+                name=name, kinds=NODE_KINDS, exclude=list(exclude), max_share=max_share, adjacency=adjacency_weight, **params)
+            if not rows or rows[0]["nodes"] is None:
+                return None
+            nodes = rows[0]["nodes"]
+            log.debug("gds projection built name=%s nodes=%s relationships=%s", name, nodes, rows[0]["rels"])
+        except StoreError as exc:
+            if not (isinstance(exc.__cause__, neo_exc.ClientError) and "already exists" in exc.__cause__.message):
+                raise
+            nodes = None  # another reader built the same version concurrently: use theirs
+        # Older versions of this boundary's projection are stale now.
+        for r in self._query("listing GDS projections", "CALL gds.graph.list() YIELD graphName, nodeCount "
+                             "WHERE graphName STARTS WITH $prefix RETURN graphName, nodeCount", prefix=prefix):
+            if r["graphName"] == name:
+                nodes = r["nodeCount"]
+            else:
+                self._drop_projection(r["graphName"])
+        if nodes is None:
+            raise StoreError(f"GDS projection {name} vanished while it was being shared; the query can be retried")
+        with self._proj_lock:
+            for stale in [n for n in self._projections if n.startswith(prefix)]:
+                del self._projections[stale]
+            self._projections[name] = nodes
+            self._projections.move_to_end(name)
+            evicted = []
+            while len(self._projections) > self.max_projections:
+                evicted.append(self._projections.popitem(last=False)[0])
+        for old in evicted:
+            self._drop_projection(old)
+        return name, nodes
+
+    def _drop_projection(self, name: str) -> None:
+        self._query(f"dropping GDS projection {name}", "CALL gds.graph.drop($name, false) YIELD graphName RETURN graphName", name=name)
+
+    def projections(self) -> list[str]:
+        """Names of the GDS projections this store currently keeps (for operators and tests)."""
+        with self._proj_lock:
+            return list(self._projections)
+
+    # -- dump ------------------------------------------------------------------------------
+    def canonical_dump(self) -> dict:
+        turns = sorted(self._turns("dumping the turn ledger", "c.gen = $gen"), key=lambda t: t.turn_id)
+        entities = self._query("dumping entities", "MATCH (e:Entity {gen: $gen}) RETURN e.entity_id AS id, e.tenant_id AS tenant, "
+                               "e.name AS name, e.label AS label, e.vector AS vector ORDER BY id")
+        mentions = self._query("dumping mentions", "MATCH (c:Context {gen: $gen})-[m:MENTIONS]->(e:Entity) "
+                               "RETURN c.turn_id AS c, e.entity_id AS e, m.count AS n, m.weight AS w, m.kind AS kind ORDER BY c, e")
+        sentences = self._query("dumping sentences", "MATCH (s:Sentence {gen: $gen}) RETURN properties(s) AS p ORDER BY s.sentence_id")
+        adjacency = self._query("dumping adjacency", "MATCH (a:Context {gen: $gen})-[n:NEXT]->(b:Context) "
+                                "RETURN a.turn_id AS a, b.turn_id AS b, n.session_id AS s ORDER BY a, b")
+        return {
+            "view": self.view,
+            "turns": [{"turn_id": t.turn_id, "tenant": t.tenant_id, "conversation": t.conversation_id, "session": t.session_id,
+                       "event_id": t.event_id, "text": t.text, "partition": t.partition, "offset": t.offset, "hash": t.content_hash}
+                      for t in turns],
+            "entities": [{"id": r["id"], "tenant": r["tenant"], "name": r["name"], "label": r["label"],
+                          "vector": np.asarray(r["vector"] or [], np.float32).tolist()} for r in entities],
+            "mentions": [[r["c"], r["e"], r["n"], round(r["w"], 9), r["kind"]] for r in mentions],
+            "sentences": [[p["sentence_id"], p["context_id"], p["idx"], p["start"], p["end"], json.dumps(list(p["entity_ids"]))]
+                          for p in (r["p"] for r in sentences)],
+            "adjacency": [[r["a"], r["b"], r["s"]] for r in adjacency],
+        }
