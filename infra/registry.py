@@ -58,13 +58,19 @@ def _http(url: str) -> str:
 
 
 class _CatalogRouter:
-    """A ViewCatalog that sends each view to its backend's catalog."""
+    """A ViewCatalog that sends each view to its backend's catalog, opened on first use (a
+    process that never touches a view never connects to its backend)."""
 
-    def __init__(self, by_view: dict[str, object]):
-        self.by_view = by_view
+    def __init__(self, make):
+        self._make = make
+        self._by_view: dict[str, object] = {}
+        self._lock = threading.Lock()
 
     def _for(self, view: ViewName):
-        return self.by_view[view]
+        with self._lock:
+            if view not in self._by_view:
+                self._by_view[view] = self._make(view)
+            return self._by_view[view]
 
     def current(self, view):
         return self._for(view).current(view)
@@ -116,16 +122,17 @@ class Registry:
 
     def catalog(self):
         if self._catalog is None:
-            catalogs: dict[str, object] = {}
             shared: dict[tuple, object] = {}
-            for view in ("hierarchy", "graph", "lexical", "dense"):
+
+            def make(view: ViewName):
                 url = self.view_url(view)
                 scheme, _ = _scheme(url, view)
                 key = self._catalog_key(scheme, url)
                 if key not in shared:
                     shared[key] = self._make_catalog(scheme, url)
-                catalogs[view] = shared[key]
-            self._catalog = _CatalogRouter(catalogs)
+                return shared[key]
+
+            self._catalog = _CatalogRouter(make)
         return self._catalog
 
     def _catalog_key(self, scheme: str, url: str) -> tuple:
