@@ -86,6 +86,16 @@ class ReaderSettings(BaseSettings):
     timeout_seconds: float = 60.0
 
 
+class OpsSettings(BaseSettings):
+    """Monitoring: how often the query service samples lag, and the health window."""
+
+    model_config = _cfg("MEMSTREAM_OPS_")
+    sample_seconds: float = Field(1.0, gt=0, description="Sampling interval of lag, rate and health (also the freshness resolution).")
+    window_seconds: float = Field(30.0, gt=0, description="Sliding window for OK/LAGGING/STALLED/ERROR.")
+    history_seconds: float = Field(600.0, gt=0, description="How much history the dashboard's charts keep.")
+    worker_metrics_port: int | None = Field(None, description="`memstream worker` serves /metrics on this port when set.")
+
+
 class ApiSettings(BaseSettings):
     model_config = _cfg("MEMSTREAM_API_")
     host: str = "127.0.0.1"
@@ -106,6 +116,7 @@ class Settings(BaseSettings):
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
     reader: ReaderSettings = Field(default_factory=ReaderSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    ops: OpsSettings = Field(default_factory=OpsSettings)
 
     @classmethod
     def load(cls, **overrides) -> "Settings":

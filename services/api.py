@@ -15,20 +15,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field, TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from infra.registry import Registry
 from infra.settings import Settings
-from schemas.errors import BadRequest, MemstreamError
+from schemas.control import ProjectionControl
+from schemas.errors import BadRequest, MemstreamError, NotFound
 from schemas.events import Event
 from schemas.query import AnswerResponse, SearchRequest, SearchResponse
+from services.ops.metrics import Metrics
+from services.ops.monitor import OpsMonitor
 from services.runtime import build_pipeline
 from services.views import LiveViews
 from streams.ingest import Publisher
@@ -45,8 +50,19 @@ class WaitRequest(BaseModel):
     timeout_seconds: float = Field(10.0, ge=0, le=300)
 
 
+class ControlRequest(BaseModel):
+    reason: str = Field("", max_length=2000, description="Why (kept on the control topic with the request)")
+    requested_by: str = Field("", max_length=200)
+
+
+DASHBOARD_DIR = Path(__file__).resolve().parent / "ops" / "dashboard"
+
+
 class State:
     pipeline: Any
+    metrics: Metrics
+    monitor: OpsMonitor
+    monitor_task: asyncio.Task | None = None
     views: LiveViews
     publisher: Publisher
     query: Any
@@ -76,10 +92,11 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        state.pipeline = build_pipeline(settings, registry=registry)
+        state.metrics = Metrics()
+        state.pipeline = build_pipeline(settings, registry=registry, metrics=state.metrics)
+        state.stop = asyncio.Event()
         if process:
             await state.pipeline.start()
-            state.stop = asyncio.Event()
             state.runner_task = asyncio.create_task(state.pipeline.run(state.stop))
         else:
             await state.pipeline.start_log()
@@ -88,11 +105,16 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
         state.query = build_query_service(settings, registry, state.views)
         await asyncio.to_thread(state.query.start)
         state.reader = build_reader(settings)
+        state.monitor = OpsMonitor(state.pipeline, state.metrics, interval=settings.ops.sample_seconds,
+                                   window_seconds=settings.ops.window_seconds, history_seconds=settings.ops.history_seconds,
+                                   mode="embedded" if state.pipeline.log.backend == "sqlite" else state.pipeline.log.backend)
+        state.monitor_task = asyncio.create_task(state.monitor.run(state.stop))
         try:
             yield
         finally:
+            state.stop.set()
+            await state.monitor_task
             if state.runner_task is not None:
-                state.stop.set()
                 await state.runner_task
             state.views.close()
             if state.reader is not None:
@@ -102,6 +124,18 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
     app = FastAPI(title="memstream", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Event-sourced streaming memory for LLM agent fleets (Zero-Mem retrieval).")
     app.state.memstream = state
+
+    # -- request metrics -------------------------------------------------------------------
+    @app.middleware("http")
+    async def _count_requests(request: Request, call_next):
+        response = await call_next(request)
+        route = request.scope.get("route")
+        endpoint = getattr(route, "path", None) or "unmatched"
+        if endpoint != "/metrics" and hasattr(state, "metrics"):
+            state.metrics.requests.labels(endpoint, request.method, str(response.status_code)).inc()
+            if response.status_code >= 500:
+                state.metrics.request_errors.labels(endpoint).inc()
+        return response
 
     # -- errors: one shape everywhere ------------------------------------------------------
     @app.exception_handler(MemstreamError)
@@ -160,25 +194,73 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
             raise BadRequest("this server does not run the projections (--no-process); poll /v1/status instead")
         done = await state.pipeline.wait_for(req.positions, req.timeout_seconds)
         if not done:
-            return JSONResponse(error_body("timeout", f"views did not reach the positions within {req.timeout_seconds}s"), status_code=504)
+            paused = await state.pipeline.paused_views()
+            note = f" (paused: {', '.join(paused)}; `memstream resume NAME`)" if paused else ""
+            return JSONResponse(error_body("timeout", f"views did not reach the positions within {req.timeout_seconds}s{note}"),
+                                status_code=504)
         return {"caught_up": True}
 
     # -- query -------------------------------------------------------------------------------
     @app.post("/v1/search", response_model=SearchResponse, summary="Evidence for a question (zero LLM tokens)")
     async def post_search(req: SearchRequest):
-        return await asyncio.to_thread(state.query.search, req)
+        response = await asyncio.to_thread(state.query.search, req)
+        state.monitor.query_done(response.strategy, response.timings_ms.get("total", 0.0), response.timings_ms)
+        return response
 
     @app.post("/v1/answer", response_model=AnswerResponse, summary="Evidence, then the reader's calibrated answer (one LLM call)")
     async def post_answer(req: SearchRequest):
         from services.query.answering import answer
 
-        return await asyncio.to_thread(answer, state.query, state.reader, req)
+        t0 = time.perf_counter()
+        response = await asyncio.to_thread(answer, state.query, state.reader, req)
+        state.monitor.query_done(req.strategy, (time.perf_counter() - t0) * 1000, {})
+        return response
 
     # -- operations --------------------------------------------------------------------------
     @app.get("/v1/status", summary="Each view's generation, positions, end offsets and lag")
     async def get_status():
         statuses = await state.pipeline.status()
         return {"views": [s.__dict__ for s in statuses]}
+
+    @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    async def get_metrics():
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        await state.monitor.sample(max_age=0.5)
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/ops/snapshot", summary="Per-projection lag, freshness, health, dead letters, query latency, with history")
+    async def get_snapshot():
+        snap = await state.monitor.sample(max_age=0.5)
+        return {**snap, "history": state.monitor.history()}
+
+    async def _control(name: str, paused: bool, req: ControlRequest):
+        if name not in state.pipeline.views:
+            raise NotFound(f"unknown projection {name!r}; known: {', '.join(state.pipeline.views)}")
+        await state.pipeline.control.request(ProjectionControl(
+            type="ProjectionPaused" if paused else "ProjectionResumed", projection=name, reason=req.reason,
+            requested_by=req.requested_by or "http"))
+        snap = await state.monitor.sample()
+        return next(p for p in snap["projections"] if p["name"] == name)
+
+    @app.post("/v1/admin/projections/{name}/pause", summary="Stop one projection (the others keep running)")
+    async def pause_projection(name: str, req: ControlRequest | None = None):
+        return await _control(name, True, req or ControlRequest())
+
+    @app.post("/v1/admin/projections/{name}/resume", summary="Restart a paused projection from where it stopped")
+    async def resume_projection(name: str, req: ControlRequest | None = None):
+        return await _control(name, False, req or ControlRequest())
+
+    @app.get("/dashboard", response_class=HTMLResponse, summary="Live operations dashboard")
+    async def dashboard():
+        return FileResponse(DASHBOARD_DIR / "index.html", media_type="text/html")
+
+    @app.get("/dashboard/assets/{name}", summary="Dashboard assets (served locally, no CDN)")
+    async def dashboard_asset(name: str):
+        path = (DASHBOARD_DIR / name).resolve()
+        if path.parent != DASHBOARD_DIR or not path.is_file():
+            raise NotFound(f"no dashboard asset {name!r}")
+        return FileResponse(path)
 
     @app.get("/v1/dead-letters", summary="Records a projection could not process, with the reason")
     async def get_dead_letters():

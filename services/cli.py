@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -119,6 +120,8 @@ async def cmd_process(args) -> int:
             await pipeline.process_until_caught_up(progress, target)
             progress.finish()
             print(f"caught up with {sum(target.values())} records in {time.perf_counter() - t0:.2f}s (model load {pipeline.model_load_seconds:.2f}s)")
+            for view in await pipeline.paused_views():
+                print(f"{view} is paused and was left where it is (`memstream resume {view}`)")
         else:
             stop = asyncio.Event()
             _stop_on_signals(stop)
@@ -141,26 +144,100 @@ def _stop_on_signals(stop: asyncio.Event) -> None:
 
 
 async def cmd_status(args) -> int:
+    """One table per sample from services/ops/monitor.py (the sample /metrics and the dashboard
+    use). Health needs a window: a one-shot status that sees lag watches for a few seconds."""
+    from services.ops.metrics import Metrics
+    from services.ops.monitor import OpsMonitor
+    from services.runtime import build_pipeline
+
+    settings = _settings(args)
+    pipeline = build_pipeline(settings)
+    await pipeline.start_log()
+    monitor = OpsMonitor(pipeline, Metrics(), interval=args.interval, window_seconds=settings.ops.window_seconds)
+    try:
+        snap = await monitor.sample()
+        if not args.watch:
+            deadline = time.monotonic() + args.settle
+            while any(p["lag_events"] for p in snap["projections"]) and time.monotonic() < deadline:
+                await asyncio.sleep(args.interval)
+                snap = await monitor.sample()
+            if args.json:
+                print(json.dumps(snap, default=str, indent=2))
+            else:
+                print(_status_text(snap, {}))
+            return 0
+        tty = sys.stdout.isatty()
+        while True:
+            rebuild = await _rebuild_progress(pipeline, snap)
+            text = _status_text(snap, rebuild)
+            if tty:
+                sys.stdout.write("\x1b[H\x1b[2J" + text + "\n")
+            else:
+                sys.stdout.write(text + "\n\n")
+            sys.stdout.flush()
+            await asyncio.sleep(args.interval)
+            snap = await monitor.sample()
+    finally:
+        await pipeline.close()
+
+
+def _bar(done: int, total: int, width: int = 20) -> str:
+    frac = 1.0 if total <= 0 else min(1.0, done / total)
+    return f"[{'#' * int(frac * width):<{width}}] {100 * frac:5.1f}%"
+
+
+async def _rebuild_progress(pipeline, snap: dict) -> dict[str, tuple[int, int, int]]:
+    """view -> (generation, position, end) for generations a replay is building right now."""
+    out = {}
+    for p in snap["projections"]:
+        for gen in p["rebuilding"]:
+            try:
+                store = pipeline.backends.open_view(p["name"], gen)
+                positions = await asyncio.to_thread(store.positions)
+                await asyncio.to_thread(store.close)
+            except Exception:  # noqa: BLE001 - the rebuild may have just finished and been switched
+                continue
+            end = sum(x["end_offset"] for x in p["partitions"])
+            out[p["name"]] = (gen, sum(positions.values()), end)
+    return out
+
+
+def _status_text(snap: dict, rebuild: dict) -> str:
+    rows = []
+    for p in snap["projections"]:
+        position = sum(x["position"] for x in p["partitions"])
+        end = sum(x["end_offset"] for x in p["partitions"])
+        rows.append([p["name"], p["status"] + (" (paused)" if p["paused"] else ""), p["backend"], p["generation"], position, end,
+                     p["lag_events"], f"{p['lag_seconds']:.1f}", f"{p['rate']:.1f}", _bar(position, end) if p["lag_events"] else "caught up"])
+    lines = [_table(rows, ["view", "status", "backend", "gen", "position", "end", "lag", "lag_s", "rec/s", "progress"])]
+    for view, (gen, done, end) in sorted(rebuild.items()):
+        lines.append(f"replay {view} -> generation {gen}: {_bar(done, end)} ({done}/{end})")
+    f, d = snap["freshness"], snap["dead_letters"]
+    if f["count"]:
+        lines.append(f"freshness (append -> searchable): p50 {f['p50_seconds']:.2f}s p95 {f['p95_seconds']:.2f}s over {f['count']} events")
+    lines.append(f"dead letters: {d['total']} ({d['pending']} pending replay)")
+    lines.append(f"health judged over the last {snap['window_seconds']:.0f}s of samples" if len(rows) else "no projections")
+    return "\n".join(lines)
+
+
+async def cmd_control(args) -> int:
+    from schemas.control import ProjectionControl
     from services.runtime import build_pipeline
 
     settings = _settings(args)
     pipeline = build_pipeline(settings)
     await pipeline.start_log()
     try:
-        statuses = await pipeline.status()
-        from streams.dlq import list_dead_letters
-
-        dead = await list_dead_letters(pipeline.log, settings.dlq_topic)
+        paused = args.command == "pause"
+        await pipeline.control.request(ProjectionControl(type="ProjectionPaused" if paused else "ProjectionResumed",
+                                                         projection=args.projection, reason=args.reason or "",
+                                                         requested_by=f"cli:{os.getpid()}"))
     finally:
         await pipeline.close()
-    pending = sum(not d.replayed for d in dead)
-    if args.json:
-        print(json.dumps({"views": [s.__dict__ for s in statuses], "dead_letters": {"total": len(dead), "pending": pending}}, default=str, indent=2))
-        return 0
-    rows = [[s.view, s.backend, s.generation, sum(s.positions.values()), sum(s.end_offsets.values()), s.lag_events, f"{s.lag_seconds:.1f}",
-             ",".join(map(str, s.rebuilding)) or "-"] for s in statuses]
-    print(_table(rows, ["view", "backend", "gen", "position", "end", "lag", "lag_s", "rebuilding"]))
-    print(f"dead letters: {len(dead)} ({pending} pending replay)")
+    if paused:
+        print(f"{args.projection}: paused (runners stop after their current batch; `memstream resume {args.projection}` restarts it)")
+    else:
+        print(f"{args.projection}: resumed (it catches up from its last position)")
     return 0
 
 
@@ -410,11 +487,29 @@ def cmd_worker(args) -> int:
         await p.log.close()
 
     asyncio.run(create_topics())
-    import os
+    from services.ops.metrics import Metrics
 
-    run_worker(build_pipeline(settings, views=views), views, urlparse(settings.log.url).netloc.split(",")[0],
-               batch_size=settings.runner.batch_size, loglevel="INFO" if args.verbose else "WARNING",
-               ready_file=os.environ.get("MEMSTREAM_WORKER_READY_FILE"))
+    metrics = Metrics()
+    pipeline = build_pipeline(settings, views=views, metrics=metrics)
+    port = args.metrics_port if args.metrics_port is not None else settings.ops.worker_metrics_port
+
+    def start_metrics(app) -> None:
+        # The query service's gauges for this worker's views, plus the counters only the
+        # process that applies records has (records, failed batches, dead letters).
+        if port is None:
+            return
+        from prometheus_client import start_http_server
+
+        from services.ops.monitor import OpsMonitor
+
+        start_http_server(port, addr=settings.api.host, registry=metrics.registry)
+        monitor = OpsMonitor(pipeline, metrics, interval=settings.ops.sample_seconds, window_seconds=settings.ops.window_seconds,
+                             mode="kafka")
+        app.add_future(monitor.run(asyncio.Event()))
+
+    run_worker(pipeline, views, urlparse(settings.log.url).netloc.split(",")[0], batch_size=settings.runner.batch_size,
+               loglevel="INFO" if args.verbose else "WARNING", ready_file=os.environ.get("MEMSTREAM_WORKER_READY_FILE"),
+               on_started=start_metrics)
     return 0
 
 
@@ -467,9 +562,18 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--views", help=f"comma-separated subset of {','.join(VIEW_NAMES)}")
     s.set_defaults(func=cmd_process)
 
-    s = sub.add_parser("status", help="each view's generation, position, end offset and lag")
+    s = sub.add_parser("status", help="each view's lag, freshness and health (OK/LAGGING/STALLED/ERROR)")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--watch", action="store_true", help="refresh until interrupted, with progress bars for catch-up and replay")
+    s.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
+    s.add_argument("--settle", type=float, default=3.0, help="one-shot: seconds to watch a lagging view before judging its health")
     s.set_defaults(func=cmd_status)
+
+    for name, text in (("pause", "stop one projection (the others keep running)"), ("resume", "restart a paused projection")):
+        s = sub.add_parser(name, help=text)
+        s.add_argument("projection", choices=VIEW_NAMES)
+        s.add_argument("--reason", help="kept with the request on the control topic")
+        s.set_defaults(func=cmd_control)
 
     s = sub.add_parser("replay", help="rebuild views from offset 0 into fresh storage and switch atomically")
     s.add_argument("--projection", default="all", choices=["all", *VIEW_NAMES])
@@ -518,6 +622,7 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("worker", help="run projections as faust-streaming workers on Kafka")
     s.add_argument("--projection", choices=VIEW_NAMES, help="one projection and its own consumer group (default: all four in one app)")
+    s.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port (default: $MEMSTREAM_OPS_WORKER_METRICS_PORT)")
     s.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("serve", help="run the HTTP API (and, embedded, the projections in-process)")

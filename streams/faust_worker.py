@@ -11,6 +11,9 @@ group commit lags the view's positions by up to one commit interval): the runner
 record below the view's own position for that partition, so nothing is written twice and
 nothing is skipped.
 
+Pause/resume (streams/control.py): a paused view's agent acks its batches without applying
+them; after `resume` the catch-up timer reads the gap from the log.
+
 A timer also catches the view up straight from the log whenever it lags and faust delivers
 nothing (e.g. the group's commits ran ahead of a freshly switched generation): positions, not
 the group, are the truth.
@@ -44,9 +47,10 @@ def to_record(event) -> LogRecord:
 
 def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *, batch_size: int = 256, within: float = 0.5,
               session_timeout: float = 10.0, heartbeat: float = 1.0, rebalance_timeout: float = 5.0, catch_up_every: float = 2.0,
-              ready_file: str | None = None):
+              ready_file: str | None = None, on_started=None):
     """A faust app with one agent per view. The pipeline must use the Kafka event log and be
-    built for exactly these views (the app starts it)."""
+    built for exactly these views (the app starts it). `on_started(app)` runs once the views
+    are open."""
     import faust
 
     app = faust.App(
@@ -68,6 +72,8 @@ def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *
     @app.task
     async def open_views() -> None:
         await pipeline.start()
+        if on_started is not None:  # e.g. the CLI's metrics endpoint and lag sampler
+            on_started(app)
         ready.set()
         if ready_file:  # tells a supervisor (or a benchmark) that models are loaded and views open
             Path(ready_file).write_text(str(os.getpid()))
@@ -76,6 +82,12 @@ def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *
         async def project(stream):
             await ready.wait()
             async for events in stream.take_events(batch_size, within=within):
+                await pipeline.control.refresh()
+                if pipeline.control.paused(view):
+                    # Acked but not applied: the view's positions stay put, and the catch-up
+                    # timer reads the gap from the log after `resume` (positions are the truth).
+                    # Blocking here instead would stall the other agents sharing the consumer.
+                    continue
                 records = [to_record(e) for e in events]
                 live = await pipeline._follow_catalog(pipeline._live[view])
                 live.runner.commit_group = False  # faust commits the group, after this batch is written
@@ -95,7 +107,10 @@ def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *
     async def catch_up() -> None:
         if not ready.is_set():
             return
+        await pipeline.control.refresh()
         for view in views:
+            if pipeline.control.paused(view):
+                continue
             live = await pipeline._follow_catalog(pipeline._live[view])
             live.runner.commit_group = False
             while (await live.runner.step()).records:

@@ -21,6 +21,7 @@ from schemas.errors import ConfigurationError, MemstreamError
 from schemas.ports.event_log import EventLog
 from schemas.ports.views import VIEW_NAMES, Positions, ViewCatalog, ViewName
 from schemas.units import HierarchyPolicy
+from streams.control import ControlState
 from streams.projections.base import Projection
 from streams.projections.dense import DenseProjection
 from streams.projections.graph import GraphProjection
@@ -104,6 +105,8 @@ class ViewStatus:
     lag_events: int
     lag_seconds: float
     rebuilding: list[int]
+    paused: bool = False
+    partition_lag_seconds: dict[int, float] = field(default_factory=dict)
 
 
 class _LiveView:
@@ -126,6 +129,7 @@ class Pipeline:
         self.metrics = metrics or NoMetrics()
         self.log: EventLog = backends.event_log()
         self.catalog = backends.catalog()
+        self.control = ControlState(self.log, config.topic)
         self._live: dict[ViewName, _LiveView] = {}
         self.model_load_seconds = 0.0
 
@@ -134,6 +138,7 @@ class Pipeline:
         await self.log.start()
         await self.log.ensure_topic(self.config.topic, self.config.partitions)
         await self.log.ensure_topic(self.config.dlq_topic, self.config.partitions)
+        await self.control.ensure_topic()
 
     async def start(self) -> None:
         """Open the log and every view's live generation, taking the writer locks."""
@@ -204,11 +209,13 @@ class Pipeline:
 
     async def process_until_caught_up(self, on_progress: Callable[[str, Positions], None] | None = None,
                                       target: Positions | None = None) -> Positions:
-        """Run every view until it has processed everything appended before this call."""
+        """Run every view until it has processed everything appended before this call. A paused
+        view is left where it is (see `paused_views()`)."""
         target = target if target is not None else await self.log.end_offsets(self.config.topic)
+        await self.control.refresh(force=True)
 
         async def drive(view: ViewName) -> None:
-            while True:
+            while not self.control.paused(view):
                 live = await self._follow_catalog(self._live[view])
                 if await live.runner.caught_up(target):
                     return
@@ -227,7 +234,8 @@ class Pipeline:
         async def follow(view: ViewName) -> None:
             while not stop.is_set():
                 try:
-                    n = await self.step(view)
+                    await self.control.refresh()
+                    n = 0 if self.control.paused(view) else await self.step(view)
                 except Exception:  # noqa: BLE001 - the runner isolates bad records; this guards the loop itself
                     log.exception("view=%s step failed; retrying", view)
                     n = 0
@@ -254,6 +262,10 @@ class Pipeline:
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(0.02)
+
+    async def paused_views(self) -> list[str]:
+        await self.control.refresh(force=True)
+        return [v for v in self.views if self.control.paused(v)]
 
     # -- replay --------------------------------------------------------------------------
     async def replay(self, view: ViewName, on_progress: Callable[[str, Positions], None] | None = None) -> int:
@@ -289,6 +301,8 @@ class Pipeline:
     # -- status --------------------------------------------------------------------------
     async def status(self) -> list[ViewStatus]:
         end = await self.log.end_offsets(self.config.topic)
+        await self.control.refresh(force=True)
+        oldest: dict[tuple[int, int], float] = {}  # (partition, offset) -> append time, shared by the views
         out = []
         for view in self.views:
             live = self._live.get(view)
@@ -298,23 +312,32 @@ class Pipeline:
             else:
                 generation = self.catalog.current(view)
                 if generation is None:
-                    out.append(ViewStatus(view, "-", 0, {}, end, sum(end.values()), await self._lag_seconds(end, {}), self.catalog.building(view)))
+                    lags = await self._fill_oldest(end, {}, oldest)
+                    out.append(ViewStatus(view, "-", 0, {}, end, sum(end.values()), max(lags.values(), default=0.0),
+                                          self.catalog.building(view), self.control.paused(view), lags))
                     continue
                 store = self.backends.open_view(view, generation)
                 positions = await asyncio.to_thread(store.positions)
                 await asyncio.to_thread(store.close)
             lag = sum(max(0, off - positions.get(p, 0)) for p, off in end.items())
-            out.append(ViewStatus(view, store.backend, generation, positions, end, lag, await self._lag_seconds(end, positions),
-                                  self.catalog.building(view)))
+            lags = await self._fill_oldest(end, positions, oldest)
+            out.append(ViewStatus(view, store.backend, generation, positions, end, lag, max(lags.values(), default=0.0),
+                                  self.catalog.building(view), self.control.paused(view), lags))
         return out
 
-    async def _lag_seconds(self, end: Positions, positions: Positions) -> float:
-        """Age of the oldest record the view has not processed yet (0 when caught up)."""
-        oldest = None
+    async def _fill_oldest(self, end: Positions, positions: Positions, cache: dict[tuple[int, int], float]) -> dict[int, float]:
+        """Per partition, the age of the oldest record the view has not processed yet (0 when
+        caught up): lag in seconds is measured from the log's append time, never occurred_at.
+        One clock reading for the whole status call, so views compare exactly."""
+        now = cache.setdefault((-1, -1), time.time())
+        out: dict[int, float] = {}
         for p, off in end.items():
             pos = positions.get(p, 0)
-            if pos < off:
+            if pos >= off:
+                out[p] = 0.0
+                continue
+            if (p, pos) not in cache:
                 rec = await self.log.read(self.config.topic, p, pos, max_records=1)
-                if rec:
-                    oldest = rec[0].append_time if oldest is None else min(oldest, rec[0].append_time)
-        return 0.0 if oldest is None else max(0.0, time.time() - oldest)
+                cache[(p, pos)] = rec[0].append_time if rec else now
+            out[p] = round(max(0.0, now - cache[(p, pos)]), 3)
+        return out

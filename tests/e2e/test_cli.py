@@ -43,15 +43,24 @@ def test_ingest_process_status_dlq_and_replay(tmp_path):
     proc = run(data, "ingest", "jsonl", str(path))
     assert "appended 6 events" in proc.stdout and "rejected 2" in proc.stdout
     assert "line 4: line.4: not valid JSON" in proc.stderr and "line 5: turn_index" in proc.stderr
-    status = json.loads(run(data, "status", "--json").stdout)
-    assert all(v["lag_events"] == 6 for v in status["views"])
+    status = json.loads(run(data, "status", "--json", "--settle", "1.5", "--interval", "0.5").stdout)
+    # Nothing runs the projections: the positions do not move while lag > 0.
+    assert all(v["lag_events"] == 6 and v["status"] == "STALLED" for v in status["projections"])
+    assert all(v["lag_seconds"] > 0 for v in status["projections"])
+    run(data, "pause", "graph")
+    out = run(data, "process", "--until-caught-up")
+    assert "caught up with 6 records" in out.stdout and "graph is paused" in out.stdout
+    status = {v["name"]: v for v in json.loads(run(data, "status", "--json", "--settle", "0").stdout)["projections"]}
+    assert status["graph"]["paused"] and status["graph"]["lag_events"] == 6
+    assert all(v["lag_events"] == 0 for name, v in status.items() if name != "graph")
+    run(data, "resume", "graph")
     assert "caught up with 6 records" in run(data, "process", "--until-caught-up").stdout
     status = json.loads(run(data, "status", "--json").stdout)
-    assert all(v["lag_events"] == 0 and v["generation"] == 1 for v in status["views"])
+    assert all(v["lag_events"] == 0 and v["generation"] == 1 and v["status"] == "OK" and not v["paused"] for v in status["projections"])
     assert "no dead letters" in run(data, "dlq", "list").stdout
     out = run(data, "replay", "--projection", "lexical").stdout
     assert "lexical: rebuilt generation 2 from offset 0" in out
-    status = {v["view"]: v for v in json.loads(run(data, "status", "--json").stdout)["views"]}
+    status = {v["name"]: v for v in json.loads(run(data, "status", "--json").stdout)["projections"]}
     assert status["lexical"]["generation"] == 2 and status["lexical"]["lag_events"] == 0
     bad = run(data, "ingest", "jsonl", str(tmp_path / "missing.jsonl"), check=False)
     assert bad.returncode != 0

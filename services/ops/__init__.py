@@ -1,0 +1,1 @@
+"""Operations: metrics, projection health, the live dashboard."""

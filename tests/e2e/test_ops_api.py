@@ -1,0 +1,124 @@
+"""Operations through the HTTP API: pause/resume one projection, lag in /metrics equal to the
+dashboard's snapshot, health (STALLED while paused, OK after resume), freshness, query latency
+and request metrics, dead letters with their reason."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from infra.registry import Registry
+from infra.settings import Settings
+from services.api import create_app
+from tests.e2e.helpers import sample_items
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def client(tmp_path, models):
+    settings = Settings.load(data_dir=tmp_path / "ops", ops={"sample_seconds": 0.2, "window_seconds": 1.0})
+    reg = Registry(settings)
+    reg._encoder, reg._extractor = models
+    with TestClient(create_app(settings, registry=reg)) as c:
+        yield c
+
+
+def metric(text: str, name: str, **labels) -> float:
+    """Sum of the samples of `name` whose labels include `labels`."""
+    total, found = 0.0, False
+    for line in text.splitlines():
+        m = re.match(rf"^{name}(?:\{{(.*)\}})? (\S+)$", line)
+        if not m:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(m.group(2))
+            found = True
+    assert found, f"no {name}{labels} in /metrics"
+    return total
+
+
+def until(predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.1)
+
+
+def projections(client) -> dict:
+    return {p["name"]: p for p in client.get("/v1/ops/snapshot").json()["projections"]}
+
+
+def test_pause_lag_metrics_health_and_resume(client):
+    r = client.post("/v1/admin/projections/lexical/pause", json={"reason": "incident 42"})
+    assert r.status_code == 200 and r.json()["paused"] is True
+    items = sample_items()
+    assert client.post("/v1/events", json=items).status_code == 200
+
+    # The other projections keep running while lexical is paused.
+    snap = until(lambda: (p := projections(client))["lexical"]["lag_events"] == len(items)
+                 and all(v["lag_events"] == 0 for n, v in p.items() if n != "lexical") and p)
+    assert snap["lexical"]["paused"]
+    text = client.get("/metrics").text
+    assert metric(text, "memstream_projection_lag_events", projection="lexical") == len(items)
+    assert metric(text, "memstream_projection_lag_events", projection="graph") == 0
+    assert metric(text, "memstream_projection_paused", projection="lexical") == 1
+    assert metric(text, "memstream_projection_lag_seconds", projection="lexical") > 0
+    # Position frozen with lag > 0 over the (1 s) window: STALLED, in the snapshot and in /metrics.
+    until(lambda: projections(client)["lexical"]["status"] == "STALLED")
+    assert metric(client.get("/metrics").text, "memstream_projection_status", projection="lexical", status="STALLED") == 1
+
+    # Nothing is searchable in every view yet: no freshness observed.
+    assert metric(client.get("/metrics").text, "memstream_event_searchable_seconds_count") == 0
+
+    r = client.post("/v1/admin/projections/lexical/resume")
+    assert r.status_code == 200 and r.json()["paused"] is False
+    until(lambda: projections(client)["lexical"]["lag_events"] == 0)
+    until(lambda: projections(client)["lexical"]["status"] == "OK")
+    text = client.get("/metrics").text
+    assert metric(text, "memstream_projection_lag_events", projection="lexical") == 0
+    assert metric(text, "memstream_projection_records_total", projection="lexical") == len(items)
+    assert metric(text, "memstream_event_searchable_seconds_count") == len(items)
+    assert metric(text, "memstream_projection_paused", projection="lexical") == 0
+
+
+def test_query_latency_requests_and_unknown_projection(client):
+    items = sample_items()
+    body = client.post("/v1/events", json=items).json()
+    assert client.post("/v1/wait", json={"positions": body["positions"], "timeout_seconds": 60}).status_code == 200
+    r = client.post("/v1/search", json={"question": "where did they go hiking?", "tenant_id": items[0]["tenant_id"]})
+    assert r.status_code == 200, r.text
+    assert client.post("/v1/admin/projections/nope/pause").status_code == 404
+    text = client.get("/metrics").text
+    assert metric(text, "memstream_query_latency_seconds_count", strategy="zero-mem") == 1
+    assert metric(text, "memstream_query_stage_seconds_count", strategy="zero-mem") >= 1
+    assert metric(text, "memstream_http_requests_total", endpoint="/v1/search", method="POST", code="200") == 1
+    assert metric(text, "memstream_http_requests_total", endpoint="/v1/admin/projections/{name}/pause", code="404") == 1
+    snap = client.get("/v1/ops/snapshot").json()
+    assert snap["queries"]["zero-mem"]["count"] == 1 and snap["history"]
+
+
+def test_dead_letters_show_with_their_reason(client):
+
+    from schemas.ports.event_log import NewRecord
+
+    state = client.app.state.memstream
+    # A foreign producer writes bytes that are not an event: every projection dead-letters them.
+    client.portal.call(state.pipeline.log.append, state.pipeline.config.topic, [NewRecord(key="c1", value=b"\xff not json")])
+    snap = until(lambda: (s := client.get("/v1/ops/snapshot").json())["dead_letters"]["pending"] == 1 and s)
+    (entry,) = snap["dead_letters"]["recent"]
+    assert "json" in entry["reason"].lower() or "utf-8" in entry["reason"].lower()
+    text = client.get("/metrics").text
+    assert metric(text, "memstream_dead_letters_pending") == 1
+    assert metric(text, "memstream_projection_dead_letters_total") == 4
+    html = client.get("/dashboard")
+    assert html.status_code == 200 and "/dashboard/assets/dashboard.js" in html.text
+    assert client.get("/dashboard/assets/dashboard.js").status_code == 200
+    assert client.get("/dashboard/assets/..%2Fmetrics.py").status_code == 404
