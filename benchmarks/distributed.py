@@ -56,16 +56,6 @@ def env_for(settings: Settings) -> dict[str, str]:
     }
 
 
-def kcat_publish(bootstrap: str, topic: str, events) -> int:
-    """Publish events with kcat (librdkafka) — a foreign producer. murmur2 so keys land where memstream puts them."""
-    lines = "".join(f"{e.tenant_id}/{e.conversation_id}\t{e.model_dump_json()}\n" for e in events)
-    out = subprocess.run(["kcat", "-P", "-b", bootstrap, "-t", topic, "-K", "\t", "-X", "partitioner=murmur2_random"],
-                         input=lines, text=True, capture_output=True, timeout=300)
-    if out.returncode != 0:
-        raise RuntimeError(f"kcat failed: {out.stderr}")
-    return lines.count("\n")
-
-
 async def distributed_ingest(settings: Settings, samples, conversations, kcat_conv: str | None, log) -> dict:
     ready_file = Path(settings.data_dir) / "worker.ready"
     env = {**os.environ, **env_for(settings), "MEMSTREAM_WORKER_READY_FILE": str(ready_file)}
@@ -88,7 +78,7 @@ async def distributed_ingest(settings: Settings, samples, conversations, kcat_co
         t_first = time.perf_counter()
         await Publisher(pipeline.log, settings.log.topic).publish(own)
         if foreign:
-            kcat_publish(settings.log.url.removeprefix("kafka://").split("?")[0], settings.log.topic, foreign)
+            servers.kcat_publish(settings.log.url.removeprefix("kafka://").split("?")[0], settings.log.topic, foreign)
         end = await pipeline.log.end_offsets(settings.log.topic)
         log(f"published {len(own)} events with the log adapter and {len(foreign)} with kcat")
         # Ready: every view's position (kept with its writes) at the end offset.

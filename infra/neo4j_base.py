@@ -37,7 +37,9 @@ TURN_FIELDS = ("turn_id", "tenant_id", "conversation_id", "session_id", "event_i
 
 def connect(uri: str, auth: tuple[str, str] | None = None, **config) -> neo4j.Driver:
     """A driver for `neo4j://` or `bolt://` URIs (auth None: a server with auth disabled).
-    No I/O happens here."""
+    No I/O happens here. The server's UNRECOGNIZED notifications are turned off: a fresh
+    database has no `next_offset` property yet, and every positions read would log a warning."""
+    config.setdefault("notifications_disabled_classifications", ["UNRECOGNIZED"])
     return neo4j.GraphDatabase.driver(uri, auth=auth, **config)
 
 

@@ -94,6 +94,7 @@ class OpsSettings(BaseSettings):
     window_seconds: float = Field(30.0, gt=0, description="Sliding window for OK/LAGGING/STALLED/ERROR.")
     history_seconds: float = Field(600.0, gt=0, description="How much history the dashboard's charts keep.")
     worker_metrics_port: int | None = Field(None, description="`memstream worker` serves /metrics on this port when set.")
+    worker_metrics_host: str = Field("127.0.0.1", description="Address the worker's /metrics binds (0.0.0.0 in containers).")
 
 
 class ApiSettings(BaseSettings):

@@ -19,12 +19,40 @@ missing() {  # $1 = what is missing and why it matters
   echo "test.sh: WARNING: $1; the tests that need it will be skipped" >&2
 }
 
+sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo -n"
+apt_install() { $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null 2>&1; }  # apt_install [OPTION...] PACKAGE...
+
 # kcat: a foreign (librdkafka) producer for the Kafka integration tests.
 if ! command -v kcat >/dev/null 2>&1; then
-  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo -n"
-  apt_install() { $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null 2>&1; }
   echo "test.sh: installing kcat with apt-get" >&2
-  apt_install || { $sudo apt-get update -qq >/dev/null 2>&1 && apt_install; } || missing "could not install kcat with apt-get"
+  apt_install kcat || { $sudo apt-get update -qq >/dev/null 2>&1 && apt_install kcat; } || missing "could not install kcat with apt-get"
+fi
+
+# prometheus + promtool: config/alert checks and a real scrape (tests/integration/test_prometheus.py).
+# The tests start their own prometheus on a free port; a system service the package may start is not used
+# (--no-install-recommends: no prometheus-node-exporter service either).
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  echo "test.sh: installing prometheus (prometheus, promtool) with apt-get" >&2
+  apt_install --no-install-recommends prometheus \
+    || { $sudo apt-get update -qq >/dev/null 2>&1 && apt_install --no-install-recommends prometheus; } \
+    || missing "could not install prometheus (prometheus, promtool) with apt-get"
+fi
+
+# Chromium (Debian's package, never a Playwright browser download) and playwright-core (npm,
+# tests/browser/package-lock.json) for the dashboard browser test (tests/e2e/test_dashboard_browser.py).
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+if [ ! -x "${MEMSTREAM_CHROMIUM:-/usr/bin/chromium}" ]; then
+  echo "test.sh: installing chromium with apt-get" >&2
+  apt_install chromium fonts-liberation || { $sudo apt-get update -qq >/dev/null 2>&1 && apt_install chromium fonts-liberation; } \
+    || missing "could not install chromium with apt-get (the dashboard browser test needs it)"
+fi
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing "no node/npm (Node.js >= 20) for the dashboard browser test"
+elif [ ! -f tests/browser/node_modules/.package-lock.json ] \
+     || [ tests/browser/package-lock.json -nt tests/browser/node_modules/.package-lock.json ]; then
+  echo "test.sh: npm ci in tests/browser" >&2
+  (cd tests/browser && npm ci --no-audit --no-fund --prefer-offline >&2) \
+    || missing "npm ci in tests/browser failed (the dashboard browser test needs playwright-core)"
 fi
 
 # Real servers: Kafka, OpenSearch and Neo4j + GDS (start.sh prints KAFKA_BOOTSTRAP=... /

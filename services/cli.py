@@ -28,6 +28,19 @@ def _settings(args):
     return Settings.load(**overrides)
 
 
+def _existing(settings):
+    """For commands that inspect or steer existing memory: an embedded log that does not exist
+    yet means a wrong --data-dir, not an empty memory (do not create one silently)."""
+    url = settings.log.url
+    if url.startswith("sqlite://"):
+        rest = url.removeprefix("sqlite://")
+        path = Path(rest) if rest else Path(settings.data_dir) / "log.sqlite"
+        if not path.exists():
+            raise MemstreamError(f"no memstream log at {path}; point --data-dir (or MEMSTREAM_DATA_DIR) at a data directory "
+                                 "that `memstream ingest`, `serve` or `demo` has written")
+    return settings
+
+
 class Progress:
     """One line per view on a TTY (rewritten in place), otherwise a line every few seconds."""
 
@@ -150,7 +163,7 @@ async def cmd_status(args) -> int:
     from services.ops.monitor import OpsMonitor
     from services.runtime import build_pipeline
 
-    settings = _settings(args)
+    settings = _existing(_settings(args))
     pipeline = build_pipeline(settings)
     await pipeline.start_log()
     monitor = OpsMonitor(pipeline, Metrics(), interval=args.interval, window_seconds=settings.ops.window_seconds)
@@ -224,7 +237,7 @@ async def cmd_control(args) -> int:
     from schemas.control import ProjectionControl
     from services.runtime import build_pipeline
 
-    settings = _settings(args)
+    settings = _existing(_settings(args))
     pipeline = build_pipeline(settings)
     await pipeline.start_log()
     try:
@@ -502,9 +515,11 @@ def cmd_worker(args) -> int:
 
         from services.ops.monitor import OpsMonitor
 
-        start_http_server(port, addr=settings.api.host, registry=metrics.registry)
+        start_http_server(port, addr=settings.ops.worker_metrics_host, registry=metrics.registry)
+        # Freshness means "visible in every view": only the query service, which sees them all,
+        # observes it; a worker may run one projection.
         monitor = OpsMonitor(pipeline, metrics, interval=settings.ops.sample_seconds, window_seconds=settings.ops.window_seconds,
-                             mode="kafka")
+                             mode="kafka", observe_freshness=False)
         app.add_future(monitor.run(asyncio.Event()))
 
     run_worker(pipeline, views, urlparse(settings.log.url).netloc.split(",")[0], batch_size=settings.runner.batch_size,

@@ -39,13 +39,15 @@ def _quantile(values: list[float], q: float) -> float:
 
 class OpsMonitor:
     def __init__(self, pipeline: Pipeline, metrics: Metrics, *, interval: float = 1.0, window_seconds: float = 30.0,
-                 history_seconds: float = 600.0, freshness_cap: int = 2000, mode: str = "embedded"):
+                 history_seconds: float = 600.0, freshness_cap: int = 2000, mode: str = "embedded",
+                 observe_freshness: bool = True):
         self.pipeline = pipeline
         self.metrics = metrics
         self.interval = interval
         self.window_seconds = window_seconds
         self.freshness_cap = freshness_cap
         self.mode = mode
+        self.observe_freshness = observe_freshness
         self._health = {v: HealthWindow(window_seconds) for v in pipeline.views}
         self._history: deque[dict] = deque(maxlen=max(10, int(history_seconds / interval)))
         self._visible: dict[int, int] | None = None  # min position over views, per partition
@@ -65,10 +67,10 @@ class OpsMonitor:
     async def sample(self, max_age: float = 0.0) -> dict:
         """A fresh snapshot (or the last one if it is younger than `max_age` seconds)."""
         async with self._lock:
-            if self._last is not None and time.time() - self._last["time"] <= max_age:
-                return self._last
-            self._last = await self._sample()
-            return self._last
+            if self._last is None or time.time() - self._last["time"] > max_age:
+                self._last = await self._sample()
+            # Query latency is recorded as queries happen: never serve it from a cached sample.
+            return {**self._last, "queries": self._query_summary(time.time())}
 
     async def _sample(self) -> dict:
         now = time.time()
@@ -101,7 +103,8 @@ class OpsMonitor:
                 "lag_events": st.lag_events, "lag_seconds": st.lag_seconds, "rate": round(rate, 2), "errors": errors,
                 "rebuilding": st.rebuilding, "partitions": partitions,
             })
-        await self._observe_freshness(statuses, now)
+        if self.observe_freshness:
+            await self._observe_freshness(statuses, now)
         dead = await self._dead_letter_summary()
         queries = self._query_summary(now)
         point = {

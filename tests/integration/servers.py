@@ -89,3 +89,19 @@ def neo4j(env_var: str = "MEMSTREAM_TEST_NEO4J") -> Iterator[str]:
     """Yields a Neo4j Bolt URI (bolt://host:port) of a server with the GDS library."""
     with _server("neo4j", env_var, "NEO4J_URI", ("NEO4J_BOLT_PORT",)) as uri:
         yield uri
+
+
+def kcat_publish(bootstrap: str, topic: str, events) -> int:
+    """Publish events with kcat (librdkafka): a foreign producer. Keys are `tenant/conversation`
+    and the partitioner is murmur2, so records land where memstream's own producer puts them."""
+    import shutil
+    import subprocess
+
+    if shutil.which("kcat") is None:
+        raise Unavailable("kcat is not installed (Debian package `kcat`)")
+    lines = "".join(f"{e.tenant_id}/{e.conversation_id}\t{e.model_dump_json()}\n" for e in events)
+    out = subprocess.run(["kcat", "-P", "-b", bootstrap, "-t", topic, "-K", "\t", "-X", "partitioner=murmur2_random"],
+                         input=lines, text=True, capture_output=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"kcat failed: {out.stderr}")
+    return lines.count("\n")

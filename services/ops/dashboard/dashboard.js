@@ -42,15 +42,18 @@ function drawChart(svg, series, unit) {
   span.setAttribute("x", W - R - 60); span.setAttribute("y", H - 2);
   span.textContent = `last ${fmt((t1 - t0) / 60, 1)} min`;
   svg.appendChild(span);
-  for (const [name, pts] of Object.entries(series)) {
+  // Views that keep up draw identical lines: dash all but the first so none hides another.
+  const DASHES = ["", "6 3", "2 3", "8 2 2 2", "4 4"];
+  Object.entries(series).forEach(([name, pts], index) => {
     const poly = document.createElementNS(ns, "polyline");
     poly.setAttribute("fill", "none");
     poly.setAttribute("stroke", COLORS[name] || "#ccc");
     poly.setAttribute("stroke-width", "2");
     poly.setAttribute("points", pts.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" "));
+    if (DASHES[index % DASHES.length]) poly.setAttribute("stroke-dasharray", DASHES[index % DASHES.length]);
     poly.dataset.series = name;
     svg.appendChild(poly);
-  }
+  });
 }
 
 function perView(history, key) {
