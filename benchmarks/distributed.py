@@ -50,7 +50,7 @@ TENANT = "locomo"
 
 def env_for(settings: Settings) -> dict[str, str]:
     return {
-        "MEMSTREAM_DATA_DIR": str(settings.data_dir), "MEMSTREAM_LOG_URL": settings.log.url,
+        "MEMSTREAM_DATA_DIR": str(settings.data_dir), "MEMSTREAM_LOG_URL": settings.log.url, "MEMSTREAM_LOG_TOPIC": settings.log.topic,
         "MEMSTREAM_VIEWS_HIERARCHY_URL": settings.views.hierarchy_url, "MEMSTREAM_VIEWS_LEXICAL_URL": settings.views.lexical_url,
         "MEMSTREAM_VIEWS_DENSE_URL": settings.views.dense_url, "MEMSTREAM_VIEWS_GRAPH_URL": settings.views.graph_url,
     }

@@ -23,10 +23,12 @@ import pytest
 
 from infra.registry import Registry
 from infra.settings import Settings
+from schemas.errors import TransientError
 from schemas.events import decode_event
 from schemas.ports.views import VIEW_NAMES
 from schemas.query import SearchRequest
 from services.query.service import QueryService
+from services.runtime import build_pipeline
 from services.views import LiveViews
 from tests.e2e.helpers import assert_same_views, make_pipeline, publish, sample_items, strip_positions
 from tests.integration import servers
@@ -50,6 +52,8 @@ def lag(settings: Settings, end: dict[int, int], views=("hierarchy", "lexical", 
     live = LiveViews(Registry(settings))
     try:
         return {v: sum(max(0, off - live.store(v).positions().get(p, 0)) for p, off in end.items()) for v in views}
+    except TransientError:  # e.g. an index the worker just created is still recovering its shard
+        return {v: -1 for v in views}
     finally:
         live.close()
 
@@ -81,8 +85,13 @@ def scrape(port: int) -> dict[tuple[str, str], float]:
 def stack(kafka_bootstrap, opensearch_url, neo4j_uri, tmp_path):
     import neo4j
 
-    # Neo4j Community has one database: start this test's graph catalog from scratch.
+    from infra.neo4j_base import drop_generation_data
+
+    # Neo4j Community has one database, and the graph view is not namespaced by topic (README,
+    # Limits): start this test's graph view from scratch. Contract tests use generations >= 1e6.
     with neo4j.GraphDatabase.driver(neo4j_uri, auth=None) as driver, driver.session() as s:
+        for generation in range(1, 6):
+            drop_generation_data(s, "graph", generation)
         s.run("MATCH (n) WHERE (n:MemstreamGeneration OR n:MemstreamCatalogLock) AND n.view = 'graph' DETACH DELETE n").consume()
     prefix = f"e2e{uuid.uuid4().hex[:8]}"
     host = opensearch_url.removeprefix("http://")
@@ -123,7 +132,7 @@ def test_kafka_faust_workers_match_the_embedded_pipeline_and_replay_swaps_aliase
         assert servers.kcat_publish(kafka_bootstrap, settings.log.topic, events[10:]) == len(events) - 10
         end = asyncio.run(publish_own([]))
         assert sum(end.values()) == len(events)
-        until(lambda: not any(lag(settings, end).values()), "the workers to project every event", worker=worker, log=log_path)
+        until(lambda: all(v == 0 for v in lag(settings, end).values()), "the workers to project every event", worker=worker, log=log_path)
 
         # Pause one projection through the control topic (CLI); the others keep going.
         cli = [sys.executable, "-m", "services.cli"]
@@ -133,9 +142,10 @@ def test_kafka_faust_workers_match_the_embedded_pipeline_and_replay_swaps_aliase
         end = asyncio.run(publish_own(extra))
         until(lambda: (lg := lag(settings, end)) and lg["hierarchy"] == 0 and lg["graph"] == 0, "unpaused views", worker=worker, log=log_path)
         assert lag(settings, end)["lexical"] == 2
-        m = until(lambda: (s := scrape(metrics_port)).get(("memstream_projection_lag_events", "lexical")) == 2 and s, "worker /metrics lag")
-        assert m[("memstream_projection_paused", "lexical")] == 1 and m[("memstream_projection_lag_events", "graph")] == 0
-        assert m[("memstream_projection_records_total", "graph")] >= len(events) + 2
+        m = until(lambda: (s := scrape(metrics_port)).get(("memstream_projection_lag_events", "lexical")) == 2
+                  and s.get(("memstream_projection_lag_events", "graph")) == 0 and s, "worker /metrics lag")
+        assert m.get(("memstream_projection_paused", "lexical")) == 1 and m.get(("memstream_projection_lag_events", "graph")) == 0, m
+        assert m.get(("memstream_projection_records_total", "graph"), 0) == len(events) + 2, m
         subprocess.run([*cli, "resume", "lexical"], env=env, cwd=REPO, check=True, capture_output=True)
         until(lambda: lag(settings, end)["lexical"] == 0, "lexical to catch up after resume", worker=worker, log=log_path)
         until(lambda: scrape(metrics_port).get(("memstream_projection_lag_events", "lexical")) == 0, "worker /metrics lag 0")
@@ -187,7 +197,8 @@ def test_kafka_faust_workers_match_the_embedded_pipeline_and_replay_swaps_aliase
                 failures.append(repr(exc))
 
     async def replay_all():
-        pipeline, _ = make_pipeline(settings.data_dir, models, log=settings.log.model_dump(), views=settings.views.model_dump())
+        # The query side's registry: Qdrant's local mode admits one client per storage folder.
+        pipeline = build_pipeline(settings, registry=registry)
         await pipeline.start_log()
         try:
             return {v: await pipeline.replay(v) for v in ("hierarchy", "lexical", "graph", "dense")}
@@ -204,8 +215,10 @@ def test_kafka_faust_workers_match_the_embedded_pipeline_and_replay_swaps_aliase
     assert failures == [] and done[0] > 0
     assert all(g == 2 for g in generations.values()), generations
     time.sleep(0.2)  # LiveViews re-reads the catalog every 50 ms
-    after = service.search(request)
-    assert [e.unit_id for e in after.evidence] == [e.unit_id for e in first.evidence]
     rebuilt = {v: live.store(v).canonical_dump() for v in VIEW_NAMES}
     assert_same_views(strip_positions(distributed), strip_positions(rebuilt), atol=1e-5)
+    # Same content, but not necessarily the same ranking: OpenSearch's BM25 statistics count
+    # deleted documents until segments merge, and the incremental index upserted open windows.
+    after = service.search(request)
+    assert after.evidence and after.evidence[0].unit_id == first.evidence[0].unit_id
     live.close()
