@@ -195,6 +195,7 @@ async def main() -> int:
         kafka = stack.enter_context(servers.kafka())
         opensearch = stack.enter_context(servers.opensearch())
         neo4j = stack.enter_context(servers.neo4j())
+        servers.reset_neo4j_graph_view(neo4j)
         # -- embedded --
         emb = Settings.load(data_dir=work / "embedded")
         reg = Registry(emb)

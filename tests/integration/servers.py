@@ -105,3 +105,17 @@ def kcat_publish(bootstrap: str, topic: str, events) -> int:
     if out.returncode != 0:
         raise RuntimeError(f"kcat failed: {out.stderr}")
     return lines.count("\n")
+
+
+def reset_neo4j_graph_view(uri: str, generations: range = range(1, 10)) -> None:
+    """Neo4j Community has one database and the graph view is not namespaced by topic: a run
+    that reuses a server starts its graph view from scratch (contract tests use generations
+    >= 1e6 and are left alone)."""
+    import neo4j
+
+    from infra.neo4j_base import drop_generation_data
+
+    with neo4j.GraphDatabase.driver(uri, auth=None) as driver, driver.session() as s:
+        for generation in generations:
+            drop_generation_data(s, "graph", generation)
+        s.run("MATCH (n) WHERE (n:MemstreamGeneration OR n:MemstreamCatalogLock) AND n.view = 'graph' DETACH DELETE n").consume()

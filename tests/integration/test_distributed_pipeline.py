@@ -83,16 +83,7 @@ def scrape(port: int) -> dict[tuple[str, str], float]:
 
 @pytest.fixture
 def stack(kafka_bootstrap, opensearch_url, neo4j_uri, tmp_path):
-    import neo4j
-
-    from infra.neo4j_base import drop_generation_data
-
-    # Neo4j Community has one database, and the graph view is not namespaced by topic (README,
-    # Limits): start this test's graph view from scratch. Contract tests use generations >= 1e6.
-    with neo4j.GraphDatabase.driver(neo4j_uri, auth=None) as driver, driver.session() as s:
-        for generation in range(1, 6):
-            drop_generation_data(s, "graph", generation)
-        s.run("MATCH (n) WHERE (n:MemstreamGeneration OR n:MemstreamCatalogLock) AND n.view = 'graph' DETACH DELETE n").consume()
+    servers.reset_neo4j_graph_view(neo4j_uri)
     prefix = f"e2e{uuid.uuid4().hex[:8]}"
     host = opensearch_url.removeprefix("http://")
     return Settings.load(
@@ -222,3 +213,21 @@ def test_kafka_faust_workers_match_the_embedded_pipeline_and_replay_swaps_aliase
     after = service.search(request)
     assert after.evidence and after.evidence[0].unit_id == first.evidence[0].unit_id
     live.close()
+
+    # The query service in Kafka mode (`serve --no-process`): its dashboard and /metrics see the
+    # views the workers wrote, and pause/resume go through the control topic.
+    from fastapi.testclient import TestClient
+
+    from services.api import create_app
+
+    with TestClient(create_app(settings, process=False, registry=registry)) as client:
+        snap = client.get("/v1/ops/snapshot").json()
+        assert snap["mode"] == "kafka" and snap["log_backend"] == "kafka"
+        by_name = {p["name"]: p for p in snap["projections"]}
+        assert {by_name[v]["backend"] for v in ("hierarchy", "lexical", "graph", "dense")} == {"opensearch", "neo4j", "qdrant"}
+        assert all(p["lag_events"] == 0 and p["generation"] == 2 for p in snap["projections"])
+        text = client.get("/metrics").text
+        assert re.search(r'memstream_projection_lag_events\{partition="0",projection="graph"\} 0\.0', text)
+        assert client.post("/v1/admin/projections/graph/pause", json={"reason": "maintenance"}).json()["paused"] is True
+        assert client.post("/v1/admin/projections/graph/resume").json()["paused"] is False
+        assert client.get("/dashboard").status_code == 200
