@@ -232,6 +232,15 @@ class Registry:
     def lock_path(self, view: ViewName, generation: int) -> Path:
         return self.view_dir(view, generation) / "writer.lock"
 
+    def shared_writers(self, view: ViewName) -> bool:
+        """Whether several processes may write this view at once: yes when a Kafka consumer group
+        splits the partitions between them and the store is a server (each write names its own
+        partitions' positions); no for embedded stores (tantivy admits one writer, SQLite files
+        live on one machine) and Qdrant's local mode (one process)."""
+        log_scheme, _ = _scheme(self.settings.log.url, "log")
+        view_scheme, _ = _scheme(self.view_url(view), view)
+        return log_scheme == "kafka" and view_scheme not in EMBEDDED and view_scheme != "qdrant+local"
+
     def close(self) -> None:
         for client in self._qdrant_clients.values():
             client.close()

@@ -43,6 +43,8 @@ class Backends(Protocol):
 
     def lock_path(self, view: ViewName, generation: int) -> Path: ...
 
+    def shared_writers(self, view: ViewName) -> bool: ...
+
     def encoder(self): ...
 
     def extractor(self): ...
@@ -158,7 +160,8 @@ class Pipeline:
 
     def _open_live(self, view: ViewName, generation: int) -> _LiveView:
         lock = _WriterLock(self.backends.lock_path(view, generation))
-        lock.acquire(view)
+        if not self.backends.shared_writers(view):  # else the consumer group splits partitions between writers
+            lock.acquire(view)
         store = self.backends.open_view(view, generation)
         return _LiveView(view, generation, self._runner(view, store, f"memstream.{view}"), lock)
 

@@ -103,7 +103,8 @@ class ProjectionRunner:
             start = positions.get(p, 0)
             if start < end[p]:
                 records.extend(await self.log.read(self.topic, p, start, max_records=self.batch_size))
-        result = await self.process(records)
+        async with self._lock:
+            result = await self._process_new(records)
         if result.records and self.commit_group:
             await self.log.commit(self.group, self.topic, self._positions or {})
         return result
@@ -114,8 +115,12 @@ class ProjectionRunner:
         The view's own positions decide: records below them were already applied (a redelivery
         after a rebalance or crash) and are dropped; a gap before the first delivered record of
         a partition (the group's commit ran ahead of this view generation) is read from the log
-        first, so nothing is skipped."""
+        first, so nothing is skipped.
+
+        Positions are re-read from the store first: with several consumers in a group, another
+        process may have advanced a partition this one owned before a rebalance."""
         async with self._lock:
+            self._positions = None
             return await self._process_new(records)
 
     async def _process_new(self, records: Sequence[LogRecord]) -> StepResult:
@@ -179,7 +184,9 @@ class ProjectionRunner:
                 await self.log.append(self.dlq_topic, dead_letter_records(s.dead_letters))
                 dead += len(s.dead_letters)
             current.update(s.positions)
-            await asyncio.to_thread(self.store.apply, s.change, dict(current))
+            # Only the partitions this step advanced: the stores merge positions per partition,
+            # and another consumer of the group may own (and be advancing) the others.
+            await asyncio.to_thread(self.store.apply, s.change, {p: current[p] for p in s.positions})
             self._positions = dict(current)
         return dead
 

@@ -4,6 +4,7 @@ models. Replay, ordering, duplicates, forgetting and provenance are checked on v
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -154,3 +155,35 @@ async def test_consumer_redeliveries_and_gaps_neither_duplicate_nor_lose_view_wr
     finally:
         for p in (straight, shuffled):
             await p.close()
+
+
+async def test_a_runner_rereads_positions_another_group_member_advanced(tmp_path, models):
+    """Two consumers of a group write one (server-backed) view: after a rebalance a runner must
+    not trust its cached positions, nor write positions of partitions it did not process."""
+    from tests.conftest import turn
+
+    p, _ = make_pipeline(tmp_path, models, log={"partitions": 2})
+    await p.start()
+    try:
+        evs = [turn(i, conv=conv) for conv in ("c0", "c3") for i in range(4)]
+        await publish(p, [json.loads(e.model_dump_json()) for e in evs])
+        records = {}
+        for part, end in (await p.log.end_offsets(p.config.topic)).items():
+            records[part] = await p.log.read(p.config.topic, part, 0, max_records=end or 1)
+        assert all(len(r) == 4 for r in records.values()), "the two conversations must land in different partitions"
+        runner = p._live["lexical"].runner
+        store = runner.store
+        first, second = sorted(records)
+        assert (await runner.process(records[first][:2])).records == 2
+        # Another member of the group owned `second` meanwhile and applied all of it.
+        other, _ = make_pipeline(tmp_path / "other", models, log={"partitions": 2})
+        change_runner = other.projection("lexical", store)
+        steps, _ = change_runner.handle(records[second])
+        for s in steps:
+            store.apply(s.change, s.positions)
+        # Redelivered to this runner after the rebalance: already applied, so dropped.
+        assert (await runner.process(records[second])).records == 0
+        assert (await runner.process(records[first])).records == 2
+        assert store.positions() == {first: 4, second: 4}
+    finally:
+        await p.close()

@@ -1,0 +1,122 @@
+"""Rebalances on real Kafka: two `memstream worker --projection lexical` processes share one
+consumer group while events keep arriving; one joins mid-stream and the other leaves mid-stream.
+The OpenSearch view must end up exactly as the embedded pipeline builds it from the same events
+(nothing lost, nothing applied twice), with every partition's position at the log's end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from infra.registry import Registry
+from infra.settings import Settings
+from schemas.errors import TransientError
+from services.views import LiveViews
+from streams.ingest import Publisher
+from tests.conftest import turn
+from tests.e2e.helpers import assert_same_views, make_pipeline, publish, strip_positions
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def events(start: int, stop: int):
+    # Four conversations (so four partitions in play), turns interleaved.
+    return [turn(i // 4, conv=f"c{i % 4}", text=f"turn {i // 4} of conversation {i % 4} about topic {i % 7} and kayak {i % 5}")
+            for i in range(start, stop)]
+
+
+def lexical_lag(settings: Settings, end: dict[int, int]) -> int:
+    live = LiveViews(Registry(settings))
+    try:
+        positions = live.store("lexical").positions()
+    except TransientError:
+        return -1
+    finally:
+        live.close()
+    return sum(max(0, off - positions.get(p, 0)) for p, off in end.items())
+
+
+def test_workers_joining_and_leaving_the_group_neither_lose_nor_duplicate(kafka_bootstrap, opensearch_url, tmp_path, models):
+    prefix = f"rb{uuid.uuid4().hex[:8]}"
+    host = opensearch_url.removeprefix("http://")
+    settings = Settings.load(data_dir=tmp_path / "dist", log={"url": f"kafka://{kafka_bootstrap}", "topic": f"{prefix}.events", "partitions": 4},
+                             views={"lexical_url": f"opensearch://{host}?prefix={prefix}"})
+    env = {**os.environ, "MEMSTREAM_DATA_DIR": str(settings.data_dir), "MEMSTREAM_LOG_URL": settings.log.url,
+           "MEMSTREAM_LOG_TOPIC": settings.log.topic, "MEMSTREAM_LOG_PARTITIONS": "4", "MEMSTREAM_VIEWS_LEXICAL_URL": settings.views.lexical_url,
+           "MEMSTREAM_RUNNER_BATCH_SIZE": "5"}
+    workers: dict[str, subprocess.Popen] = {}
+
+    def start(name: str) -> None:
+        ready = tmp_path / f"{name}.ready"
+        workers[name] = subprocess.Popen([sys.executable, "-m", "services.cli", "worker", "--projection", "lexical"],
+                                         env={**env, "MEMSTREAM_WORKER_READY_FILE": str(ready)}, cwd=REPO,
+                                         stdout=open(tmp_path / f"{name}.log", "w"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 180
+        while not ready.exists():
+            assert workers[name].poll() is None, (tmp_path / f"{name}.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, f"worker {name} did not start"
+            time.sleep(0.2)
+
+    def stop(name: str) -> None:
+        w = workers.pop(name)
+        w.send_signal(signal.SIGTERM)
+        assert w.wait(120) == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
+
+    async def append(evs):
+        pipeline, _ = make_pipeline(settings.data_dir, models, log=settings.log.model_dump(), views=settings.views.model_dump())
+        await pipeline.start_log()
+        try:
+            await Publisher(pipeline.log, settings.log.topic).publish(evs)
+            return await pipeline.log.end_offsets(settings.log.topic)
+        finally:
+            await pipeline.close()
+
+    all_events = events(0, 120)
+    try:
+        start("a")
+        asyncio.run(append(all_events[:40]))
+        time.sleep(2)
+        start("b")  # joins: the group rebalances while records flow
+        for chunk in (all_events[40:60], all_events[60:80]):
+            asyncio.run(append(chunk))
+            time.sleep(1)
+        stop("a")  # leaves: b takes over a's partitions
+        end = asyncio.run(append(all_events[80:]))
+        deadline = time.monotonic() + 300
+        while lexical_lag(settings, end) != 0:
+            assert workers["b"].poll() is None, (tmp_path / "b.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the lexical view did not catch up"
+            time.sleep(0.5)
+    finally:
+        for name in list(workers):
+            stop(name)
+
+    async def embedded():
+        pipeline, _ = make_pipeline(tmp_path / "embedded", models)
+        await pipeline.start()
+        try:
+            await publish(pipeline, [json.loads(e.model_dump_json()) for e in all_events])
+            await pipeline.process_until_caught_up()
+            return pipeline.store("lexical").canonical_dump()
+        finally:
+            await pipeline.close()
+
+    live = LiveViews(Registry(settings))
+    try:
+        store = live.store("lexical")
+        assert {p: o for p, o in store.positions().items() if o} == {p: o for p, o in end.items() if o}
+        distributed = store.canonical_dump()
+    finally:
+        live.close()
+    assert_same_views(strip_positions({"lexical": asyncio.run(embedded())}), strip_positions({"lexical": distributed}))
