@@ -29,8 +29,10 @@ class QueryService:
         self.strategies: dict[str, StrategyFn] = strategies or default_strategies()
 
     def start(self) -> None:
-        """Load the models (explicitly, not in the constructor)."""
+        """Load the models (explicitly, not in the constructor), and warm the single-text
+        encoder path so the first question does not pay for tracing it."""
         self.encoder.start()
+        self.encoder.encode(["warm up"])
         if self.extractor is not None:
             self.extractor.start()
 
