@@ -110,7 +110,7 @@ class FlagEmbeddingEncoder:
     def _single_text_model(self):
         """A TorchScript-traced, frozen copy of the model for one text at a time (the query path).
 
-        A question is ~15 tokens, so its forward pass is dominated by per-op Python dispatch,
+        A question is ~15 tokens, so a good part of its forward pass is per-op Python dispatch,
         which tracing removes: 15.0 -> 10.4 ms per question on the build machines, outputs equal
         to the eager model within 2e-6 at every length tested (tests/e2e/test_encoder.py).
         Batches keep the eager model. Falls back to eager if the model cannot be traced."""
