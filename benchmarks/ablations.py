@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from services.query.config import DEFAULT  # noqa: E402
 from services.query.zeromem import MODES  # noqa: E402
 from tune_zeromem import BUDGETS, DEFAULT_LOCOMO, Bench, summarize  # noqa: E402
+from report import write_report  # noqa: E402
 
 
 def main() -> int:
@@ -49,10 +50,7 @@ def main() -> int:
             report["loco"][mode] = summarize(bench, rec, everything)
             r = report["loco"][mode]
             print(f"{mode:<16} LOCO      B10 {r['budget_10']['all']:.4f} B25 {r['budget_25']['all']:.4f}", flush=True)
-    print(json.dumps(report, indent=2))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, args.out)
     return 0
 
 

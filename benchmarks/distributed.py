@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -42,25 +41,16 @@ from services.views import LiveViews  # noqa: E402
 from streams.ingest import Publisher  # noqa: E402
 from streams.sources import locomo  # noqa: E402
 from tests.integration import servers  # noqa: E402
+from report import write_report  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_LOCOMO = REPO.parent / "shared/data/locomo/locomo-dev.json"
 TENANT = "locomo"
 
 
-def env_for(settings: Settings) -> dict[str, str]:
-    return {
-        "MEMSTREAM_DATA_DIR": str(settings.data_dir), "MEMSTREAM_LOG_URL": settings.log.url, "MEMSTREAM_LOG_TOPIC": settings.log.topic,
-        "MEMSTREAM_VIEWS_HIERARCHY_URL": settings.views.hierarchy_url, "MEMSTREAM_VIEWS_LEXICAL_URL": settings.views.lexical_url,
-        "MEMSTREAM_VIEWS_DENSE_URL": settings.views.dense_url, "MEMSTREAM_VIEWS_GRAPH_URL": settings.views.graph_url,
-    }
-
-
 async def distributed_ingest(settings: Settings, samples, conversations, kcat_conv: str | None, log) -> dict:
     ready_file = Path(settings.data_dir) / "worker.ready"
-    env = {**os.environ, **env_for(settings), "MEMSTREAM_WORKER_READY_FILE": str(ready_file)}
-    worker = subprocess.Popen([sys.executable, "-m", "services.cli", "worker"], env=env, cwd=REPO,
-                              stdout=open(Path(settings.data_dir) / "worker.log", "w"), stderr=subprocess.STDOUT)
+    worker = servers.spawn_worker(settings, Path(settings.data_dir) / "worker.log", ready_file)
     try:
         t0 = time.perf_counter()
         while not ready_file.exists():
@@ -235,10 +225,7 @@ async def main() -> int:
     }
     c = report["comparison"]["ingest_turns_per_second"]
     c["ratio_distributed_over_embedded"] = round(c["distributed"] / c["embedded"], 2)
-    print(json.dumps(report, indent=2))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, args.out)
     return 0
 
 

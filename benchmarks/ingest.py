@@ -31,6 +31,7 @@ from schemas.ports.views import Boundary  # noqa: E402
 from services.runtime import build_pipeline  # noqa: E402
 from streams.ingest import Publisher  # noqa: E402
 from streams.sources import locomo  # noqa: E402
+from report import write_report  # noqa: E402
 
 DEFAULT_LOCOMO = Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo-dev.json"
 
@@ -148,9 +149,7 @@ async def main() -> int:
         print(json.dumps(result["locomo_add_to_ready"], indent=2))
     else:
         print(f"LoCoMo not found at {args.locomo}: skipping add -> ready", file=sys.stderr)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_report(result, args.out, echo=False)
     return 0
 
 

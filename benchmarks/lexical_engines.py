@@ -14,7 +14,6 @@ unit of the boundary, which `memstream eval` measures end to end.)
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
 import statistics
 import sys
@@ -30,6 +29,7 @@ from services.eval.locomo import questions  # noqa: E402
 from services.query.analysis import keyword_words  # noqa: E402
 from services.views import LiveViews  # noqa: E402
 from streams.sources import locomo  # noqa: E402
+from report import write_report  # noqa: E402
 
 DEFAULT_LOCOMO = Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo-dev.json"
 TENANT = "locomo"
@@ -75,9 +75,7 @@ def main() -> int:
 
     report = {"tantivy": run(tantivy), "sqlite-fts5": run(sqlite_fts5)}
     report["ratio_fts5_over_tantivy_p50"] = round(report["sqlite-fts5"]["p50_ms"] / report["tantivy"]["p50_ms"], 1)
-    print(json.dumps(report, indent=2))
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, args.out)
     views.close()
     return 0
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from dataclasses import asdict
@@ -35,6 +34,7 @@ from services.query.service import QueryService  # noqa: E402
 from services.query.zeromem import ZeroMem  # noqa: E402
 from services.views import LiveViews  # noqa: E402
 from streams.sources import locomo  # noqa: E402
+from report import write_report  # noqa: E402
 
 DEFAULT_LOCOMO = Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo-dev.json"
 BUDGETS = (10, 25)
@@ -175,10 +175,7 @@ async def main() -> int:
                    "config": {k: v for k, v in asdict(overall).items() if k != "extra"}},
         "seconds": round(time.perf_counter() - t0, 1),
     }
-    print(json.dumps(report, indent=2, default=str))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    write_report(report, args.out)
     bench.views.close()
     return 0
 

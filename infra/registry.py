@@ -102,13 +102,20 @@ class Registry:
         self._lock = threading.Lock()
 
     # -- event log -----------------------------------------------------------------------
+    def embedded_log_path(self) -> Path | None:
+        """The embedded log's file (None when the log is Kafka)."""
+        scheme, rest = _scheme(self.settings.log.url, "log")
+        if scheme != "sqlite":
+            return None
+        return Path(rest) if rest else self.data_dir / "log.sqlite"
+
     def event_log(self):
         url = self.settings.log.url
         scheme, rest = _scheme(url, "log")
         if scheme == "sqlite":
             from infra.log.sqlite import SqliteEventLog
 
-            return SqliteEventLog(Path(rest) if rest else self.data_dir / "log.sqlite")
+            return SqliteEventLog(self.embedded_log_path())
         from infra.log.kafka import KafkaEventLog
 
         brokers, replication = rest.strip("/"), _option(url, "replication_factor", "1")

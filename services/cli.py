@@ -31,13 +31,12 @@ def _settings(args):
 def _existing(settings):
     """For commands that inspect or steer existing memory: an embedded log that does not exist
     yet means a wrong --data-dir, not an empty memory (do not create one silently)."""
-    url = settings.log.url
-    if url.startswith("sqlite://"):
-        rest = url.removeprefix("sqlite://")
-        path = Path(rest) if rest else Path(settings.data_dir) / "log.sqlite"
-        if not path.exists():
-            raise MemstreamError(f"no memstream log at {path}; point --data-dir (or MEMSTREAM_DATA_DIR) at a data directory "
-                                 "that `memstream ingest`, `serve` or `demo` has written")
+    from infra.registry import Registry
+
+    path = Registry(settings).embedded_log_path()
+    if path is not None and not path.exists():
+        raise MemstreamError(f"no memstream log at {path}; point --data-dir (or MEMSTREAM_DATA_DIR) at a data directory "
+                             "that `memstream ingest`, `serve` or `demo` has written")
     return settings
 
 

@@ -82,41 +82,34 @@ def _ci() -> bool:
     return os.environ.get("CI", "").lower() in ("true", "1")
 
 
-@pytest.fixture(scope="session")
-def kafka_bootstrap():
-    """A Kafka broker's host:port: $MEMSTREAM_TEST_KAFKA (scripts/test.sh exports it), else a broker
-    started for this session by infra/servers/start.sh (tests/integration/servers.py)."""
+def _server(name: str):
+    """Yield a running server's address: $MEMSTREAM_TEST_<NAME> (scripts/test.sh exports it), else
+    one started for this session by infra/servers/start.sh (tests/integration/servers.py)."""
     from tests.integration import servers
 
     try:
-        with servers.kafka() as bootstrap:
-            yield bootstrap
+        with getattr(servers, name)() as address:
+            yield address
     except servers.Unavailable as exc:
         pytest.skip(f"INTEGRATION NOT RUN: {exc}")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap():
+    """A Kafka broker's host:port."""
+    yield from _server("kafka")
 
 
 @pytest.fixture(scope="session")
 def opensearch_url():
-    """An OpenSearch URL: $MEMSTREAM_TEST_OPENSEARCH, else a node started for this session."""
-    from tests.integration import servers
-
-    try:
-        with servers.opensearch() as url:
-            yield url
-    except servers.Unavailable as exc:
-        pytest.skip(f"INTEGRATION NOT RUN: {exc}")
+    """An OpenSearch URL."""
+    yield from _server("opensearch")
 
 
 @pytest.fixture(scope="session")
 def neo4j_uri():
-    """A Neo4j + GDS Bolt URI: $MEMSTREAM_TEST_NEO4J, else a server started for this session."""
-    from tests.integration import servers
-
-    try:
-        with servers.neo4j() as uri:
-            yield uri
-    except servers.Unavailable as exc:
-        pytest.skip(f"INTEGRATION NOT RUN: {exc}")
+    """A Neo4j + GDS Bolt URI."""
+    yield from _server("neo4j")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -45,7 +45,7 @@ from aiokafka.errors import (
 from aiokafka.structs import OffsetAndMetadata
 
 from schemas.errors import LogError, MemstreamError, TransientError
-from schemas.ports.event_log import Appended, LogRecord, NewRecord, default_partition
+from schemas.ports.event_log import Appended, LogRecord, NewRecord, place
 
 log = logging.getLogger(__name__)
 
@@ -186,11 +186,7 @@ class KafkaEventLog:
     async def append(self, topic: str, records: Sequence[NewRecord]) -> list[Appended]:
         if not records:
             return []
-        n = await self.partitions(topic)
-        placed = [(r.partition if r.partition is not None else default_partition(r.key, n), r) for r in records]
-        bad = [p for p, _ in placed if not 0 <= p < n]
-        if bad:
-            raise LogError(f"topic {topic!r} has partitions 0..{n - 1}, not {bad[0]}")
+        placed = place(topic, records, await self.partitions(topic))
         producer = self._ready()[1]
         with self._errors(f"appending to {topic!r}"):
             # send() only enqueues (the producer batches per partition); each future resolves

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from schemas.errors import LogError
-from schemas.ports.event_log import Appended, LogRecord, NewRecord, default_partition
+from schemas.ports.event_log import Appended, LogRecord, NewRecord, place
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (
@@ -143,11 +143,7 @@ class SqliteEventLog:
     async def append(self, topic: str, records: Sequence[NewRecord]) -> list[Appended]:
         if not records:
             return []
-        n = await self.partitions(topic)
-        placed = [(r.partition if r.partition is not None else default_partition(r.key, n), r) for r in records]
-        bad = [p for p, _ in placed if not 0 <= p < n]
-        if bad:
-            raise LogError(f"topic {topic!r} has partitions 0..{n - 1}, not {bad[0]}")
+        placed = place(topic, records, await self.partitions(topic))
 
         def insert(c: sqlite3.Connection) -> list[Appended]:
             c.execute("BEGIN IMMEDIATE")

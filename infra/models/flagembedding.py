@@ -116,9 +116,10 @@ class FlagEmbeddingEncoder:
         Batches keep the eager model. Falls back to eager if the model cannot be traced."""
         if not self.jit_single:
             return None
-        with self._trace_lock:
-            if self._traced is None:
-                self._traced = self._trace()
+        if self._traced is None:  # traced once; the lock only guards the first call
+            with self._trace_lock:
+                if self._traced is None:
+                    self._traced = self._trace()
         return self._traced if self._traced is not False else None
 
     def _trace(self):

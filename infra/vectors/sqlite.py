@@ -15,7 +15,7 @@ from datetime import datetime
 
 import numpy as np
 
-from infra.sqlite_base import SqliteViewBase, _chunks, boundary_where, forget_where
+from infra.sqlite_base import SqliteViewBase, _chunks, forget_where
 from schemas.ports.vectors import Collection, TurnPooling, VectorChangeSet
 from schemas.ports.views import Boundary, Forget, Hit, Positions
 from schemas.units import unit_key
@@ -94,7 +94,7 @@ class SqliteVectorStore(SqliteViewBase):
                 c.execute("DELETE FROM points WHERE owner_id=? AND collection IN ('turn','sentence')", (t.turn_id,))
         else:
             where, args = forget_where(forget)
-            c.execute(f"DELETE FROM pooling WHERE turn_id IN (SELECT turn_id FROM pooling EXCEPT SELECT turn_id FROM turns)")
+            c.execute("DELETE FROM pooling WHERE turn_id IN (SELECT turn_id FROM pooling EXCEPT SELECT turn_id FROM turns)")
             c.execute(f"DELETE FROM points WHERE {where}", args)
         return touched
 

@@ -29,6 +29,8 @@ from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 from aiokafka.partitioner import murmur2
 
+from schemas.errors import LogError
+
 Headers = tuple[tuple[str, bytes], ...]
 
 
@@ -68,6 +70,16 @@ class LogRecord:
 def default_partition(key: str, partitions: int) -> int:
     """Kafka's default partitioner (murmur2, positive, modulo), so both logs place keys alike."""
     return (murmur2(key.encode("utf-8")) & 0x7FFFFFFF) % partitions
+
+
+def place(topic: str, records: Sequence[NewRecord], partitions: int) -> list[tuple[int, NewRecord]]:
+    """(partition, record) for each record — its explicit partition or its key's — checked
+    against the topic's partition count; shared by every adapter's `append`."""
+    placed = [(r.partition if r.partition is not None else default_partition(r.key, partitions), r) for r in records]
+    bad = [p for p, _ in placed if not 0 <= p < partitions]
+    if bad:
+        raise LogError(f"topic {topic!r} has partitions 0..{partitions - 1}, not {bad[0]}")
+    return placed
 
 
 @runtime_checkable

@@ -107,12 +107,13 @@ class OpsMonitor:
             await self._observe_freshness(statuses, now)
         dead = await self._dead_letter_summary()
         queries = self._query_summary(now)
+        freshness = self._freshness_summary(now)
         point = {
             "time": now,
             "lag_events": {p["name"]: p["lag_events"] for p in projections},
             "lag_seconds": {p["name"]: p["lag_seconds"] for p in projections},
             "rate": {p["name"]: p["rate"] for p in projections},
-            "freshness_p95": self._freshness_summary(now)["p95_seconds"],
+            "freshness_p95": freshness["p95_seconds"],
             "query_p50_ms": queries["all"]["p50_ms"],
             "query_p95_ms": queries["all"]["p95_ms"],
         }
@@ -120,7 +121,7 @@ class OpsMonitor:
         return {
             "time": now, "mode": self.mode, "log_backend": self.pipeline.log.backend, "topic": self.pipeline.config.topic,
             "window_seconds": self.window_seconds, "projections": projections,
-            "freshness": self._freshness_summary(now), "queries": queries, "dead_letters": dead,
+            "freshness": freshness, "queries": queries, "dead_letters": dead,
         }
 
     async def _observe_freshness(self, statuses, now: float) -> None:

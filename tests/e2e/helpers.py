@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import json
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from infra.registry import Registry
 from infra.settings import Settings
@@ -21,11 +25,27 @@ def sample_items() -> list[dict]:
     return [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
 
 
-def make_pipeline(data_dir: Path, models, **settings_overrides):
-    settings = Settings.load(data_dir=data_dir, **settings_overrides)
+def registry_with(settings: Settings, models) -> Registry:
+    """A registry that hands out the session's already loaded models."""
     reg = Registry(settings)
     reg._encoder, reg._extractor = models
-    return build_pipeline(settings, registry=reg), settings
+    return reg
+
+
+@contextmanager
+def api_client(settings: Settings, models):
+    """The HTTP API through its ASGI app, lifespan (and in-process projections) running."""
+    from fastapi.testclient import TestClient
+
+    from services.api import create_app
+
+    with TestClient(create_app(settings, registry=registry_with(settings, models))) as client:
+        yield client
+
+
+def make_pipeline(data_dir: Path, models, **settings_overrides):
+    settings = Settings.load(data_dir=data_dir, **settings_overrides)
+    return build_pipeline(settings, registry=registry_with(settings, models)), settings
 
 
 async def publish(pipeline, items: list[dict]):
@@ -66,3 +86,40 @@ def _compare(a, b, atol, path):
         assert abs(a - b) <= atol, f"{path}: {a} != {b}"
     else:
         assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+async def publish_events(settings, models, events) -> dict[int, int]:
+    """Append typed events to the log `settings` names (e.g. Kafka); returns its end offsets."""
+    pipeline, _ = make_pipeline(settings.data_dir, models, log=settings.log.model_dump(), views=settings.views.model_dump())
+    await pipeline.start_log()
+    try:
+        await Publisher(pipeline.log, settings.log.topic).publish(events)
+        return await pipeline.log.end_offsets(settings.log.topic)
+    finally:
+        await pipeline.close()
+
+
+def until(predicate, what: str = "the condition", timeout: float = 60.0, *, alive=None, interval: float = 0.1):
+    """Poll `predicate` until it returns something truthy and return that. `alive()` may return
+    a reason to fail at once (e.g. a subprocess that exited)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if alive is not None and (reason := alive()):
+            pytest.fail(f"{reason} (waiting for {what})")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(interval)
+
+
+def metric_samples(text: str):
+    """(sample name, labels, value) of a Prometheus exposition, parsed by prometheus-client."""
+    return [(s.name, s.labels, s.value) for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def metric_sum(text: str, name: str, **labels) -> float:
+    """Sum of the samples of `name` whose labels include `labels`; fails if there is none."""
+    values = [v for n, have, v in metric_samples(text) if n == name and all(have.get(k) == x for k, x in labels.items())]
+    assert values, f"no {name}{labels} in /metrics"
+    return sum(values)

@@ -8,14 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from fastapi.testclient import TestClient
 
-from infra.registry import Registry
 from infra.settings import Settings
 from schemas.ports.views import Boundary
-from services.api import create_app
 from tests.conftest import turn
-from tests.e2e.helpers import sample_items
+from tests.e2e.helpers import api_client, sample_items
 
 pytestmark = pytest.mark.e2e
 
@@ -23,9 +20,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture
 def client(tmp_path, models):
     settings = Settings.load(data_dir=tmp_path / "api", api={"max_batch": 50, "max_body_bytes": 200_000})
-    reg = Registry(settings)
-    reg._encoder, reg._extractor = models
-    with TestClient(create_app(settings, registry=reg)) as c:
+    with api_client(settings, models) as c:
         yield c
 
 

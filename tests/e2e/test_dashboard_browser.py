@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +32,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import turn
+from tests.e2e.helpers import metric_samples
+from tests.integration.servers import embedded_env, memstream_serve
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -64,19 +63,6 @@ def node() -> str:
         pytest.skip(f"BROWSER TEST NOT RUN: {BROWSER_DIR / 'node_modules'} is missing playwright-core "
                     f"(run `npm ci` in tests/browser); {hint}")
     return node
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env(data_dir: Path) -> dict[str, str]:
-    """The embedded default on `data_dir`: no log or view URL from the caller's environment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSTREAM_LOG_", "MEMSTREAM_VIEWS_"))}
-    env["MEMSTREAM_DATA_DIR"] = str(data_dir)
-    return env
 
 
 class Server:
@@ -109,45 +95,17 @@ class Server:
         status, raw = self.request("GET", "/metrics")
         assert status == 200, f"/metrics: HTTP {status}"
         lag: dict[str, float] = {}
-        for line in raw.decode().splitlines():
-            m = re.fullmatch(r"memstream_projection_lag_events\{([^}]*)\} (\S+)", line)
-            if m:
-                labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(1)))
-                assert "partition" in labels, line
-                lag[labels["projection"]] = lag.get(labels["projection"], 0.0) + float(m.group(2))
+        for name, labels, value in metric_samples(raw.decode()):
+            if name == "memstream_projection_lag_events":
+                assert "partition" in labels, (name, labels)
+                lag[labels["projection"]] = lag.get(labels["projection"], 0.0) + value
         return lag
 
 
 @pytest.fixture
 def server(tmp_path):
-    data_dir, log_path = tmp_path / "data", tmp_path / "serve.log"
-    port = _free_port()
-    with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen([str(BIN), "serve", "--host", "127.0.0.1", "--port", str(port)], env=_env(data_dir),
-                                stdout=log_file, stderr=subprocess.STDOUT, cwd=tmp_path)
-    srv = Server(f"http://127.0.0.1:{port}", data_dir, proc, log_path)
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"`memstream serve` exited with {proc.returncode} before /healthz answered:\n{srv.log()}")
-            try:
-                if srv.request("GET", "/healthz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"`memstream serve` did not answer /healthz within {STARTUP_TIMEOUT:.0f}s:\n{srv.log()}")
-            time.sleep(0.5)
-        yield srv
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # uvicorn's graceful shutdown: the lifespan closes the stores
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
+    with memstream_serve(tmp_path, STARTUP_TIMEOUT) as (url, proc, log_path):
+        yield Server(url, tmp_path / "data", proc, log_path)
 
 
 def wait_until(what: str, probe, timeout: float = TIMEOUT):
@@ -163,7 +121,7 @@ def wait_until(what: str, probe, timeout: float = TIMEOUT):
 
 
 def cli_status(data_dir: Path) -> dict[str, dict]:
-    proc = subprocess.run([str(BIN), "status", "--json", "--settle", "0"], env=_env(data_dir), capture_output=True,
+    proc = subprocess.run([str(BIN), "status", "--json", "--settle", "0"], env=embedded_env(data_dir), capture_output=True,
                           text=True, timeout=TIMEOUT * 3)
     assert proc.returncode == 0, f"memstream status failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return {p["name"]: p for p in json.loads(proc.stdout)["projections"]}

@@ -4,16 +4,11 @@ and request metrics, dead letters with their reason."""
 
 from __future__ import annotations
 
-import re
-import time
-
 import pytest
-from fastapi.testclient import TestClient
 
-from infra.registry import Registry
 from infra.settings import Settings
-from services.api import create_app
-from tests.e2e.helpers import sample_items
+from tests.e2e.helpers import api_client, sample_items, until
+from tests.e2e.helpers import metric_sum as metric
 
 pytestmark = pytest.mark.e2e
 
@@ -21,35 +16,8 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture
 def client(tmp_path, models):
     settings = Settings.load(data_dir=tmp_path / "ops", ops={"sample_seconds": 0.2, "window_seconds": 1.0})
-    reg = Registry(settings)
-    reg._encoder, reg._extractor = models
-    with TestClient(create_app(settings, registry=reg)) as c:
+    with api_client(settings, models) as c:
         yield c
-
-
-def metric(text: str, name: str, **labels) -> float:
-    """Sum of the samples of `name` whose labels include `labels`."""
-    total, found = 0.0, False
-    for line in text.splitlines():
-        m = re.match(rf"^{name}(?:\{{(.*)\}})? (\S+)$", line)
-        if not m:
-            continue
-        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
-        if all(have.get(k) == v for k, v in labels.items()):
-            total += float(m.group(2))
-            found = True
-    assert found, f"no {name}{labels} in /metrics"
-    return total
-
-
-def until(predicate, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
 
 
 def projections(client) -> dict:

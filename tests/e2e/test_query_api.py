@@ -4,17 +4,13 @@ every strategy make 0 requests to it, /v1/answer exactly one."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
-from fastapi.testclient import TestClient
 
-from infra.registry import Registry
 from infra.settings import Settings
 from schemas.query import STRATEGIES
-from services.api import create_app
 from services.eval.zero_tokens import CountingReader, refuse_outbound
-from tests.e2e.helpers import sample_items
+from tests.e2e.helpers import api_client, sample_items
 
 pytestmark = pytest.mark.e2e
 
@@ -29,10 +25,8 @@ def reader():
 @pytest.fixture
 def client(tmp_path, models, reader):
     settings = Settings.load(data_dir=tmp_path / "q", reader={"url": reader.url, "model": "counting"})
-    reg = Registry(settings)
-    reg._encoder, reg._extractor = models
     with refuse_outbound({reader.address}) as refused:
-        with TestClient(create_app(settings, registry=reg)) as c:
+        with api_client(settings, models) as c:
             c.refused = refused
             yield c
 
@@ -91,9 +85,7 @@ def test_empty_memory_returns_empty_evidence(client):
 
 def test_answer_without_reader_is_a_clear_error(tmp_path, models):
     settings = Settings.load(data_dir=tmp_path / "noreader")
-    reg = Registry(settings)
-    reg._encoder, reg._extractor = models
-    with TestClient(create_app(settings, registry=reg)) as c:
+    with api_client(settings, models) as c:
         ingest(c)
         r = c.post("/v1/answer", json={"question": "Where?", "tenant_id": "demo"})
         assert r.status_code == 400 and "MEMSTREAM_READER_URL" in r.json()["error"]["message"]

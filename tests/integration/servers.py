@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -94,9 +97,6 @@ def neo4j(env_var: str = "MEMSTREAM_TEST_NEO4J") -> Iterator[str]:
 def kcat_publish(bootstrap: str, topic: str, events) -> int:
     """Publish events with kcat (librdkafka): a foreign producer. Keys are `tenant/conversation`
     and the partitioner is murmur2, so records land where memstream's own producer puts them."""
-    import shutil
-    import subprocess
-
     if shutil.which("kcat") is None:
         raise Unavailable("kcat is not installed (Debian package `kcat`)")
     lines = "".join(f"{e.tenant_id}/{e.conversation_id}\t{e.model_dump_json()}\n" for e in events)
@@ -119,3 +119,68 @@ def reset_neo4j_graph_view(uri: str, generations: range = range(1, 10)) -> None:
         for generation in generations:
             drop_generation_data(s, "graph", generation)
         s.run("MATCH (n) WHERE (n:MemstreamGeneration OR n:MemstreamCatalogLock) AND n.view = 'graph' DETACH DELETE n").consume()
+
+
+def memstream_env(settings) -> dict[str, str]:
+    """Environment variables that give a child `memstream` process these settings' log and views."""
+    return {
+        "MEMSTREAM_DATA_DIR": str(settings.data_dir), "MEMSTREAM_LOG_URL": settings.log.url, "MEMSTREAM_LOG_TOPIC": settings.log.topic,
+        "MEMSTREAM_LOG_PARTITIONS": str(settings.log.partitions),
+        "MEMSTREAM_VIEWS_HIERARCHY_URL": settings.views.hierarchy_url, "MEMSTREAM_VIEWS_LEXICAL_URL": settings.views.lexical_url,
+        "MEMSTREAM_VIEWS_DENSE_URL": settings.views.dense_url, "MEMSTREAM_VIEWS_GRAPH_URL": settings.views.graph_url,
+    }
+
+
+def spawn_worker(settings, log_path: Path, ready_file: Path, *args: str, **env: str):
+    """Start `memstream worker ARGS` for these settings (extra MEMSTREAM_* variables in `env`); it
+    writes `ready_file` once its models are loaded and its views open."""
+    environ = {**os.environ, **memstream_env(settings), **env, "MEMSTREAM_WORKER_READY_FILE": str(ready_file)}
+    return subprocess.Popen([sys.executable, "-m", "services.cli", "worker", *args], env=environ, cwd=REPO,
+                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+
+
+def embedded_env(data_dir: Path) -> dict[str, str]:
+    """The embedded default on `data_dir`: no log or view URL from the caller's environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSTREAM_LOG_", "MEMSTREAM_VIEWS_"))}
+    env["MEMSTREAM_DATA_DIR"] = str(data_dir)
+    return env
+
+
+@contextmanager
+def memstream_serve(workdir: Path, timeout: float = 300.0) -> Iterator[tuple[str, subprocess.Popen, Path]]:
+    """`memstream serve` on the embedded default (data in `workdir`/data, log in
+    `workdir`/serve.log) on a free loopback port, once /healthz answers: (base URL, process, log
+    path). Stopped with SIGINT — uvicorn's graceful shutdown, so the lifespan closes the stores."""
+    import pytest  # here, not at the top: benchmarks import this module too
+
+    data_dir, log_path = workdir / "data", workdir / "serve.log"
+    [port] = free_ports(1)
+    env = embedded_env(data_dir)
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen([str(Path(sys.executable).with_name("memstream")), "serve", "--host", "127.0.0.1", "--port", str(port)], env=env,
+                                stdout=log_file, stderr=subprocess.STDOUT, cwd=workdir)
+    url = f"http://127.0.0.1:{port}"
+    tail = lambda: log_path.read_text(errors="replace")[-4000:]  # noqa: E731
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"`memstream serve` exited with {proc.returncode} before /healthz answered:\n{tail()}")
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=5) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"`memstream serve` did not answer /healthz within {timeout:.0f}s:\n{tail()}")
+            time.sleep(0.5)
+        yield url, proc, log_path
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)

@@ -30,21 +30,14 @@ from schemas.query import SearchRequest
 from services.query.service import QueryService
 from services.runtime import build_pipeline
 from services.views import LiveViews
+from tests.e2e import helpers
 from tests.e2e.helpers import assert_same_views, make_pipeline, publish, sample_items, strip_positions
 from tests.integration import servers
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = servers.REPO
 QUESTION = "Where did they plan to travel?"
-
-
-def env_for(settings: Settings) -> dict[str, str]:
-    return {
-        "MEMSTREAM_DATA_DIR": str(settings.data_dir), "MEMSTREAM_LOG_URL": settings.log.url, "MEMSTREAM_LOG_TOPIC": settings.log.topic,
-        "MEMSTREAM_VIEWS_HIERARCHY_URL": settings.views.hierarchy_url, "MEMSTREAM_VIEWS_LEXICAL_URL": settings.views.lexical_url,
-        "MEMSTREAM_VIEWS_DENSE_URL": settings.views.dense_url, "MEMSTREAM_VIEWS_GRAPH_URL": settings.views.graph_url,
-    }
 
 
 def lag(settings: Settings, end: dict[int, int], views=("hierarchy", "lexical", "graph")) -> dict[str, int]:
@@ -58,26 +51,21 @@ def lag(settings: Settings, end: dict[int, int], views=("hierarchy", "lexical", 
         live.close()
 
 
-def until(predicate, what: str, timeout: float = 300.0, worker: subprocess.Popen | None = None, log: Path | None = None):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
+def until(predicate, what: str, worker: subprocess.Popen | None = None, log: Path | None = None):
+    def alive():
         if worker is not None and worker.poll() is not None:
-            pytest.fail(f"the worker exited ({worker.returncode}) waiting for {what}:\n{log.read_text()[-3000:] if log else ''}")
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
+            return f"the worker exited ({worker.returncode}):\n{log.read_text()[-3000:] if log else ''}"
+
+    return helpers.until(predicate, what, 300.0, alive=alive, interval=0.3)
 
 
 def scrape(port: int) -> dict[tuple[str, str], float]:
     """(metric, projection) -> value summed over the other labels."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     out: dict[tuple[str, str], float] = {}
-    for m in re.finditer(r'^(memstream_\w+)\{([^}]*)\} (\S+)$', text, re.M):
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
-        key = (m.group(1), labels.get("projection", ""))
-        out[key] = out.get(key, 0.0) + float(m.group(3))
+    for name, labels, value in helpers.metric_samples(text):
+        key = (name, labels.get("projection", ""))
+        out[key] = out.get(key, 0.0) + value
     return out
 
 
@@ -102,22 +90,13 @@ def test_kafka_faust_workers_match_the_embedded_pipeline_and_replay_swaps_aliase
     metrics_port = servers.free_ports(1)[0]
     ready = tmp_path / "worker.ready"
     log_path = tmp_path / "worker.log"
-    env = {**os.environ, **env_for(settings), "MEMSTREAM_WORKER_READY_FILE": str(ready), "MEMSTREAM_OPS_SAMPLE_SECONDS": "0.3"}
-    worker = subprocess.Popen([sys.executable, "-m", "services.cli", "worker", "--metrics-port", str(metrics_port)], env=env, cwd=REPO,
-                              stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    worker = servers.spawn_worker(settings, log_path, ready, "--metrics-port", str(metrics_port), MEMSTREAM_OPS_SAMPLE_SECONDS="0.3")
+    env = {**os.environ, **servers.memstream_env(settings)}
     try:
         until(ready.exists, "the worker to load its models", worker=worker, log=log_path)
 
-        async def publish_own(evs):
-            pipeline, _ = make_pipeline(settings.data_dir, models, log=settings.log.model_dump(), views=settings.views.model_dump())
-            await pipeline.start_log()
-            try:
-                from streams.ingest import Publisher
-
-                await Publisher(pipeline.log, settings.log.topic).publish(evs)
-                return await pipeline.log.end_offsets(settings.log.topic)
-            finally:
-                await pipeline.close()
+        def publish_own(evs):
+            return helpers.publish_events(settings, models, evs)
 
         asyncio.run(publish_own(events[:10]))
         assert servers.kcat_publish(kafka_bootstrap, settings.log.topic, events[10:]) == len(events) - 10
@@ -160,8 +139,7 @@ def test_kafka_faust_workers_match_the_embedded_pipeline_and_replay_swaps_aliase
         finally:
             await pipeline.close()
 
-    registry = Registry(settings)
-    registry._encoder, registry._extractor = models
+    registry = helpers.registry_with(settings, models)
     live = LiveViews(registry, refresh_seconds=0.05)
     distributed = {v: live.store(v).canonical_dump() for v in VIEW_NAMES}
     assert_same_views(strip_positions(asyncio.run(embedded_dumps())), strip_positions(distributed), atol=1e-5)

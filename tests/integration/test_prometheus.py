@@ -15,11 +15,9 @@ them). Without them the tests skip loudly; under CI=true tests/conftest.py makes
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -29,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.ports.views import VIEW_NAMES
 from tests.e2e.helpers import sample_items
-from tests.integration.servers import free_ports
+from tests.integration.servers import free_ports, memstream_serve
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +38,6 @@ ALERTS = PROM_DIR / "alerts.yml"
 ALERTS_TEST = PROM_DIR / "alerts.test.yml"
 DASHBOARD = REPO / "infra/grafana/dashboards/memstream.json"
 COMPOSE = REPO / "docker-compose.yml"
-MEMSTREAM = Path(sys.executable).with_name("memstream")
 
 
 def tool(name: str) -> str:
@@ -177,36 +174,8 @@ def test_scrape_targets_match_the_compose_services():
 @pytest.fixture(scope="module")
 def memstream_server(tmp_path_factory):
     """`memstream serve` (embedded log, projections in-process) on a free port; its base URL."""
-    tmp = tmp_path_factory.mktemp("memstream-serve")
-    [port] = free_ports(1)
-    log = open(tmp / "serve.log", "w")
-    proc = subprocess.Popen([str(MEMSTREAM), "serve", "--host", "127.0.0.1", "--port", str(port)], cwd=tmp,
-                            env={**os.environ, "MEMSTREAM_DATA_DIR": str(tmp / "data")}, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        def up():
-            assert proc.poll() is None, f"memstream serve exited with {proc.returncode}:\n{(tmp / 'serve.log').read_text()[-4000:]}"
-            return httpx.get(f"{url}/healthz", timeout=5).status_code == 200
-
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if up():
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"memstream serve did not answer /healthz within 300s:\n{(tmp / 'serve.log').read_text()[-4000:]}")
-            time.sleep(0.5)
+    with memstream_serve(tmp_path_factory.mktemp("memstream-serve")) as (url, _, _):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-        log.close()
 
 
 def metrics_samples(url: str, name: str) -> dict[tuple, float]:

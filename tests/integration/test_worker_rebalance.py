@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -21,14 +18,11 @@ from infra.registry import Registry
 from infra.settings import Settings
 from schemas.errors import TransientError
 from services.views import LiveViews
-from streams.ingest import Publisher
 from tests.conftest import turn
-from tests.e2e.helpers import assert_same_views, make_pipeline, publish, strip_positions
+from tests.e2e.helpers import assert_same_views, make_pipeline, publish, publish_events, strip_positions
+from tests.integration import servers
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
-
-REPO = Path(__file__).resolve().parents[2]
-
 
 def events(start: int, stop: int):
     # Four conversations (so four partitions in play), turns interleaved.
@@ -52,16 +46,12 @@ def test_workers_joining_and_leaving_the_group_neither_lose_nor_duplicate(kafka_
     host = opensearch_url.removeprefix("http://")
     settings = Settings.load(data_dir=tmp_path / "dist", log={"url": f"kafka://{kafka_bootstrap}", "topic": f"{prefix}.events", "partitions": 4},
                              views={"lexical_url": f"opensearch://{host}?prefix={prefix}"})
-    env = {**os.environ, "MEMSTREAM_DATA_DIR": str(settings.data_dir), "MEMSTREAM_LOG_URL": settings.log.url,
-           "MEMSTREAM_LOG_TOPIC": settings.log.topic, "MEMSTREAM_LOG_PARTITIONS": "4", "MEMSTREAM_VIEWS_LEXICAL_URL": settings.views.lexical_url,
-           "MEMSTREAM_RUNNER_BATCH_SIZE": "5"}
     workers: dict[str, subprocess.Popen] = {}
 
     def start(name: str) -> None:
         ready = tmp_path / f"{name}.ready"
-        workers[name] = subprocess.Popen([sys.executable, "-m", "services.cli", "worker", "--projection", "lexical"],
-                                         env={**env, "MEMSTREAM_WORKER_READY_FILE": str(ready)}, cwd=REPO,
-                                         stdout=open(tmp_path / f"{name}.log", "w"), stderr=subprocess.STDOUT)
+        workers[name] = servers.spawn_worker(settings, tmp_path / f"{name}.log", ready, "--projection", "lexical",
+                                             MEMSTREAM_RUNNER_BATCH_SIZE="5")
         deadline = time.monotonic() + 180
         while not ready.exists():
             assert workers[name].poll() is None, (tmp_path / f"{name}.log").read_text()[-3000:]
@@ -73,14 +63,8 @@ def test_workers_joining_and_leaving_the_group_neither_lose_nor_duplicate(kafka_
         w.send_signal(signal.SIGTERM)
         assert w.wait(120) == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
 
-    async def append(evs):
-        pipeline, _ = make_pipeline(settings.data_dir, models, log=settings.log.model_dump(), views=settings.views.model_dump())
-        await pipeline.start_log()
-        try:
-            await Publisher(pipeline.log, settings.log.topic).publish(evs)
-            return await pipeline.log.end_offsets(settings.log.topic)
-        finally:
-            await pipeline.close()
+    def append(evs):
+        return publish_events(settings, models, evs)
 
     all_events = events(0, 120)
     try:
