@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -127,7 +128,9 @@ class FlagEmbeddingEncoder:
 
         try:
             example = self._tokenizer(["a question to trace the model with"], return_tensors="pt")
-            with torch.no_grad():
+            with torch.no_grad(), warnings.catch_warnings():
+                # The mask code turns the constant 1.0 into a trace constant: correct, but noisy.
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
                 traced = torch.jit.trace(self._model, (example["input_ids"], example["attention_mask"]), strict=False)
                 return torch.jit.optimize_for_inference(torch.jit.freeze(traced.eval()))
         except Exception as exc:  # noqa: BLE001 - any tracing failure: keep the eager model
