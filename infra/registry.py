@@ -259,7 +259,8 @@ class Registry:
             from infra.models.flagembedding import FlagEmbeddingEncoder
 
             e = self.settings.encoder
-            self._encoder = FlagEmbeddingEncoder(e.model, e.path, max_length=e.max_length, batch_size=e.batch_size, threads=e.threads)
+            self._encoder = FlagEmbeddingEncoder(e.model, e.path, max_length=e.max_length, batch_size=e.batch_size, threads=e.threads,
+                                                 runtime=e.runtime, cache_dir=e.cache_dir)
         return self._encoder
 
     def extractor(self):

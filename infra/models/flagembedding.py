@@ -2,7 +2,8 @@
 
 FlagEmbedding loads the model and tokenizer (`FlagModel` for sentence-transformers style models
 such as all-MiniLM-L6-v2 with mean pooling, `BGEM3FlagModel` for BGE-M3 with CLS pooling). We
-run the forward pass ourselves on its model so that one pass yields, per text, the pooled
+run the forward pass ourselves on its weights (on ONNX Runtime by default, see
+onnx_runtime.py; or eager PyTorch) so that one pass yields, per text, the pooled
 vector *and* pooled token states over character spans (sentences: "late chunking") and the
 unnormalised mean used to derive window/episode vectors. For plain texts the vectors are
 identical to `FlagModel.encode` (tests/e2e/test_encoder.py checks it).
@@ -15,9 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -39,21 +38,31 @@ def default_model_path() -> str:
 
 
 class FlagEmbeddingEncoder:
+    """`runtime="onnx"` (default) runs the forward pass on ONNX Runtime with an export of the same
+    weights (infra/models/onnx_runtime.py), `"torch"` on eager PyTorch; vectors agree within 1e-5."""
+
     def __init__(self, model: str = DEFAULT_MODEL, path: str | None = None, *, max_length: int = 256, batch_size: int = 32, threads: int | None = None,
-                 jit_single: bool = True):
+                 runtime: str = "onnx", cache_dir: str | Path | None = None):
+        if runtime not in ("onnx", "torch"):
+            raise ConfigurationError(f"unknown encoder runtime {runtime!r}; accepted: onnx, torch")
         self.model_name = model
         self.path = path
         self.max_length = max_length
         self.batch_size = batch_size
         self.threads = threads
-        self.jit_single = jit_single
-        self._traced = None
-        self._trace_lock = threading.Lock()
+        self.runtime = runtime
+        self.cache_dir = Path(cache_dir) if cache_dir else None
         self.dim = 0
         self.load_seconds = 0.0
         self._model = None
         self._tokenizer = None
+        self._session = None  # ONNX Runtime session when runtime == "onnx" and the export checked out
         self._cls_pooling = False
+
+    @property
+    def active_runtime(self) -> str:
+        """What actually runs the forward pass (an ONNX failure falls back to PyTorch)."""
+        return "onnx" if self._session is not None else "torch"
 
     def start(self) -> None:
         if self._model is not None:
@@ -79,6 +88,7 @@ class FlagEmbeddingEncoder:
                 )
             from FlagEmbedding import BGEM3FlagModel
 
+            path = self.path
             fm = BGEM3FlagModel(self.path, use_fp16=False, devices="cpu")
             self._model, self._tokenizer = fm.model.model, fm.tokenizer
             self._cls_pooling = True
@@ -86,56 +96,32 @@ class FlagEmbeddingEncoder:
             raise ConfigurationError(f"unknown encoder model {self.model_name!r}; accepted: {DEFAULT_MODEL}, bge-m3")
         self._model.eval()
         self.dim = int(self._model.config.hidden_size)
+        if self.runtime == "onnx":
+            from infra.models.onnx_runtime import load_session
+
+            self._session = load_session(self._model, self._tokenizer, self.model_name, path, self.cache_dir, self.threads)
         self.load_seconds = time.perf_counter() - t0
-        log.info("encoder loaded model=%s dim=%d seconds=%.2f", self.model_name, self.dim, self.load_seconds)
+        log.info("encoder loaded model=%s dim=%d runtime=%s seconds=%.2f", self.model_name, self.dim, self.active_runtime, self.load_seconds)
 
-    def _forward(self, texts: list[str], with_offsets: bool):
-        import torch
-
+    def _forward(self, texts: list[str], with_offsets: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(hidden states [b, t, d] float32, attention mask [b, t], character offsets [b, t, 2] or None)."""
         if self._model is None:
             self.start()
         enc = self._tokenizer(
-            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt",
+            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="np",
             return_offsets_mapping=with_offsets,
         )
         offsets = enc.pop("offset_mapping", None)
-        single = self._single_text_model() if len(texts) == 1 else None  # traced outside inference mode
-        with torch.inference_mode():
-            if single is not None:
-                out = single(enc["input_ids"], enc["attention_mask"])
-                hidden = out["last_hidden_state"] if isinstance(out, dict) else out[0]
-            else:
-                hidden = self._model(**enc, return_dict=True).last_hidden_state
-        return hidden, enc["attention_mask"], offsets
+        ids, mask = enc["input_ids"].astype(np.int64), enc["attention_mask"].astype(np.int64)
+        if self._session is not None:
+            hidden = self._session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        else:
+            import torch
 
-    def _single_text_model(self):
-        """A TorchScript-traced, frozen copy of the model for one text at a time (the query path).
-
-        A question is ~15 tokens, so a good part of its forward pass is per-op Python dispatch,
-        which tracing removes: 15.0 -> 10.4 ms per question on the build machines, outputs equal
-        to the eager model within 2e-6 at every length tested (tests/e2e/test_encoder.py).
-        Batches keep the eager model. Falls back to eager if the model cannot be traced."""
-        if not self.jit_single:
-            return None
-        if self._traced is None:  # traced once; the lock only guards the first call
-            with self._trace_lock:
-                if self._traced is None:
-                    self._traced = self._trace()
-        return self._traced if self._traced is not False else None
-
-    def _trace(self):
-        import torch
-
-        try:
-            example = self._tokenizer(["a question to trace the model with"], return_tensors="pt")
-            with torch.no_grad(), warnings.catch_warnings():
-                # The mask code turns the constant 1.0 into a trace constant: correct, but noisy.
-                warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                traced = torch.jit.trace(self._model, (example["input_ids"], example["attention_mask"]), strict=False)
-                return torch.jit.optimize_for_inference(torch.jit.freeze(traced.eval()))
-        except Exception as exc:  # noqa: BLE001 - any tracing failure: keep the eager model
-            log.warning("encoder: tracing failed (%s); single texts use the eager model", exc)
-            return False
+            with torch.inference_mode():
+                hidden = self._model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                                     return_dict=True).last_hidden_state.float().numpy()
+        return hidden, mask, offsets
 
     def _batches(self, texts: list[str]):
         # Length-sorted batches keep padding (wasted compute) small.
@@ -155,20 +141,18 @@ class FlagEmbeddingEncoder:
                 vectors[i] = pooled[j]
         return _normalize(np.stack([vectors[i] for i in range(len(texts))]))
 
-    def _pool(self, hidden, mask) -> np.ndarray:
+    def _pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
         if self._cls_pooling:
-            return hidden[:, 0].float().numpy()
-        m = mask.unsqueeze(-1).to(hidden.dtype)
-        return ((hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)).float().numpy()
+            return hidden[:, 0].astype(np.float32)
+        m = mask[..., None].astype(np.float32)
+        return ((hidden * m).sum(1) / np.maximum(m.sum(1), 1e-9)).astype(np.float32)
 
     def encode_with_spans(self, texts: list[str], spans: list[list[tuple[int, int]]]) -> list[EncodedText]:
         results: dict[int, EncodedText] = {}
         for idx in self._batches(texts):
-            hidden, mask, offsets = self._forward([texts[i] for i in idx], with_offsets=True)
-            h = hidden.float().numpy()
-            m = mask.numpy().astype(bool)
-            off = offsets.numpy()
-            pooled = self._pool(hidden, mask)
+            h, mask, off = self._forward([texts[i] for i in idx], with_offsets=True)
+            m = mask.astype(bool)
+            pooled = self._pool(h, mask)
             for j, i in enumerate(idx):
                 valid = m[j]
                 tokens = int(valid.sum())

@@ -1,5 +1,5 @@
-"""The dense encoder: our own forward pass gives FlagEmbedding's vectors, and the traced
-single-text path (queries) gives the eager model's."""
+"""The dense encoder: our own forward pass (ONNX Runtime by default) gives FlagEmbedding's
+vectors, one text at a time and in batches, and the PyTorch fallback gives the same."""
 
 from __future__ import annotations
 
@@ -23,11 +23,54 @@ def test_vectors_equal_flagembedding_encode(models):
     np.testing.assert_allclose(ours, reference / np.linalg.norm(reference, axis=1, keepdims=True), atol=1e-5)
 
 
-def test_single_text_traced_path_matches_the_eager_batch_path(models):
+def test_single_texts_and_spans_match_the_batch_path(models):
     encoder = models[0]
-    batch = encoder.encode(TEXTS)  # batched: eager model
-    for i, text in enumerate(TEXTS):  # one at a time: traced model
+    assert encoder.active_runtime == "onnx", "the default runtime fell back to PyTorch (see the log for why)"
+    batch = encoder.encode(TEXTS)
+    for i, text in enumerate(TEXTS):  # one at a time: no padding
         np.testing.assert_allclose(encoder.encode([text])[0], batch[i], atol=1e-5)
         (enc,) = encoder.encode_with_spans([text], [[(0, min(5, len(text)))]])
         np.testing.assert_allclose(enc.vector, batch[i], atol=1e-5)
-    assert encoder._traced not in (None, False), "the single-text path was not traced"
+
+
+def test_torch_runtime_gives_the_same_vectors_and_spans(models, tmp_path):
+    from infra.models.flagembedding import FlagEmbeddingEncoder
+
+    torch_encoder = FlagEmbeddingEncoder(runtime="torch")
+    torch_encoder.start()
+    assert torch_encoder.active_runtime == "torch"
+    np.testing.assert_allclose(torch_encoder.encode(TEXTS), models[0].encode(TEXTS), atol=1e-5)
+    spans = [[(0, 4), (5, 12)] for _ in TEXTS]
+    for a, b in zip(torch_encoder.encode_with_spans(TEXTS, spans), models[0].encode_with_spans(TEXTS, spans)):
+        np.testing.assert_allclose(a.spans, b.spans, atol=1e-5)
+        np.testing.assert_allclose(a.mean, b.mean, atol=1e-4)
+        assert a.tokens == b.tokens
+
+
+def test_onnx_export_is_cached_and_a_broken_cache_is_exported_again(models, tmp_path):
+    from infra.models.flagembedding import FlagEmbeddingEncoder
+
+    first = FlagEmbeddingEncoder(cache_dir=tmp_path)
+    first.start()
+    (exported,) = list(tmp_path.glob("*.onnx"))
+    assert first.active_runtime == "onnx"
+    mtime = exported.stat().st_mtime_ns
+    second = FlagEmbeddingEncoder(cache_dir=tmp_path)
+    second.start()
+    assert exported.stat().st_mtime_ns == mtime, "the export was redone instead of reused"
+    exported.write_bytes(b"not an onnx model")  # e.g. a disk that filled up mid-write elsewhere
+    repaired = FlagEmbeddingEncoder(cache_dir=tmp_path)
+    repaired.start()
+    assert repaired.active_runtime == "onnx"
+    np.testing.assert_allclose(repaired.encode(TEXTS), models[0].encode(TEXTS), atol=1e-5)
+
+
+def test_an_impossible_export_falls_back_to_torch(models, tmp_path):
+    from infra.models.flagembedding import FlagEmbeddingEncoder
+
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    encoder = FlagEmbeddingEncoder(cache_dir=not_a_dir)  # the export cannot be written there
+    encoder.start()
+    assert encoder.active_runtime == "torch"
+    np.testing.assert_allclose(encoder.encode(TEXTS), models[0].encode(TEXTS), atol=1e-5)
