@@ -43,6 +43,10 @@ SETTINGS = {  # name -> (damping, keyword arguments): the query service's two wa
 }
 
 
+
+def same_incidence(a, b) -> bool:
+    return (a.sentence_ids, a.context_ids, a.entity_ids) == (b.sentence_ids, b.context_ids, b.entity_ids) and (a.matrix != b.matrix).nnz == 0
+
 def load(sq: SqliteGraphStore) -> dict[tuple[str, str], GraphChangeSet]:
     """One change set per (tenant, conversation), rebuilt from the embedded store's tables."""
     conn = sq._conn()
@@ -118,7 +122,7 @@ def main() -> None:
             snap = sq._snapshot(b)
             probe = list(rng.choice(snap.entities, size=min(30, len(snap.entities)), replace=False)) + ["n_unknown"]
             reads_equal["present"] &= sq.present(b, probe) == neo.present(b, probe)
-            reads_equal["co_sentences"] &= sq.co_sentences(b, probe[:5]) == neo.co_sentences(b, probe[:5])
+            reads_equal["sentence_incidence"] &= same_incidence(sq.sentence_incidence(b), neo.sentence_incidence(b))
             # alignment: noisy copies of real entity vectors, names that never match exactly
             named = [snap.named_vectors[i] for i in rng.choice(len(snap.named), size=min(10, len(snap.named)), replace=False)]
             q = np.stack([v + rng.normal(0, 0.05, v.shape).astype(np.float32) for v in named])
@@ -165,7 +169,7 @@ def main() -> None:
             report["boundaries"][label] = {
                 "contexts": len(snap.contexts), "ppr_converged_max_abs_diff": worst,
                 "reads_equal": sq.entity_names(b) == neo.entity_names(b) and sq.context_mentions(b) == neo.context_mentions(b)
-                and sq.co_sentences(b, snap.entities[:5]) == neo.co_sentences(b, snap.entities[:5])}
+                and same_incidence(sq.sentence_incidence(b), neo.sentence_incidence(b))}
         report["reads_equal"] = dict(reads_equal)
         report["align_max_score_diff"] = align_diff
         report["ppr"] = ppr

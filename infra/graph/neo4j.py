@@ -82,7 +82,7 @@ from neo4j import exceptions as neo_exc
 from infra.neo4j_base import connect, drop_generation_data, ensure_schema, projection_prefix, props_to_turn, translated, turn_props, utc
 from schemas.errors import MemstreamError, StoreError
 from schemas.ordering import order_turns
-from schemas.ports.graph import CoSentence, EntityMatch, GraphChangeSet
+from schemas.ports.graph import EntityMatch, GraphChangeSet, SentenceIncidence
 from schemas.ports.views import Boundary, Forget, Positions, TurnRow
 
 log = logging.getLogger(__name__)
@@ -166,6 +166,7 @@ class Neo4jGraphStore:
         self._ready_lock = threading.Lock()
         self._projections: OrderedDict[str, int] = OrderedDict()  # name -> node count, the ones this store uses, LRU order
         self._proj_lock = threading.Lock()
+        self._incidence: OrderedDict[tuple, SentenceIncidence] = OrderedDict()  # (boundary key, versions), LRU order
         self._gds_checked = False
 
     # -- plumbing --------------------------------------------------------------------------
@@ -187,6 +188,7 @@ class Neo4jGraphStore:
         """Delete this generation's nodes and GDS projections (a retired generation's storage)."""
         with self._proj_lock:
             self._projections.clear()
+            self._incidence.clear()
         with translated(self.uri, f"dropping graph generation {self.generation}"), self._session() as s:
             drop_generation_data(s, VIEW, self.generation)
 
@@ -369,16 +371,28 @@ class Neo4jGraphStore:
             out[r["c"]].append((r["name"], r["label"]))
         return dict(out)
 
-    def co_sentences(self, boundary: Boundary, entity_ids: list[str]) -> list[CoSentence]:
-        if not entity_ids:
-            return []
+    def sentence_incidence(self, boundary: Boundary) -> SentenceIncidence:
+        """Read once per boundary and data version (the versions the writes bump), then served
+        from memory: eq. 9 runs on every query and the sentences change only with writes."""
+        versions = self._versions(boundary)
+        key = (self._boundary_key(boundary), versions)
+        with self._proj_lock:
+            hit = self._incidence.get(key)
+            if hit is not None:
+                self._incidence.move_to_end(key)
+                return hit
         where, params = _scope(boundary)
-        rows = self._query("reading co-occurrence sentences",
-                           f"MATCH (c:Context) WHERE {where} MATCH (c)-[:HAS_SENTENCE]->(s:Sentence) "
-                           "WHERE any(x IN s.entity_ids WHERE x IN $ids) "
-                           "RETURN s.sentence_id AS id, s.context_id AS c, s.entity_ids AS ents ORDER BY id",
-                           ids=list(entity_ids), **params)
-        return [CoSentence(r["id"], r["c"], tuple(r["ents"])) for r in rows]
+        rows = self._query("reading the boundary's sentences",
+                           f"MATCH (c:Context) WHERE {where} MATCH (c)-[:HAS_SENTENCE]->(s:Sentence) WHERE size(s.entity_ids) > 0 "
+                           "RETURN s.sentence_id AS id, s.context_id AS c, s.entity_ids AS ents", **params)
+        incidence = SentenceIncidence.build((r["id"], r["c"], r["ents"]) for r in rows)
+        with self._proj_lock:
+            for stale in [k for k in self._incidence if k[0] == key[0]]:
+                del self._incidence[stale]
+            self._incidence[key] = incidence
+            while len(self._incidence) > self.max_projections:
+                self._incidence.popitem(last=False)
+        return incidence
 
     def context_entities(self, tenant_id: str, context_ids: list[str]) -> dict[str, set[str]]:
         rows = self._query("reading contexts' entities",
@@ -462,16 +476,9 @@ class Neo4jGraphStore:
         boundary."""
         b = boundary
         where, params = _scope(b)
-        versions = [(r["c"], r["v"]) for r in self._query(
-            "reading conversation versions",
-            "MATCH (v:MemstreamVersion) WHERE v.view = $view AND v.gen = $gen AND v.tenant_id = $tenant"
-            + (" AND v.conversation_id IN $convs" if b.conversation_ids is not None else "")
-            + " RETURN v.conversation_id AS c, v.version AS v ORDER BY c", view=VIEW, **params)]
-        key = _digest(b.tenant_id, sorted(b.conversation_ids) if b.conversation_ids is not None else None,
-                      sorted(b.session_ids) if b.session_ids is not None else None, sorted(b.agent_ids) if b.agent_ids is not None else None,
-                      b.since and utc(b.since).isoformat(), b.until and utc(b.until).isoformat(), adjacency_weight, exclude, max_share)
+        key = _digest(self._boundary_key(b), adjacency_weight, exclude, max_share)
         prefix = projection_prefix(VIEW, self.generation) + f"{key}-"
-        name = prefix + _digest(versions)
+        name = prefix + _digest(list(self._versions(b)))
         with self._proj_lock:
             if name in self._projections:
                 self._projections.move_to_end(name)
@@ -528,6 +535,21 @@ class Neo4jGraphStore:
         for old in evicted:
             self._drop_projection(old)
         return name, nodes
+
+    def _versions(self, b: Boundary) -> tuple:
+        """The boundary's conversation versions: any write to it changes them."""
+        _, params = _scope(b)
+        return tuple((r["c"], r["v"]) for r in self._query(
+            "reading conversation versions",
+            "MATCH (v:MemstreamVersion) WHERE v.view = $view AND v.gen = $gen AND v.tenant_id = $tenant"
+            + (" AND v.conversation_id IN $convs" if b.conversation_ids is not None else "")
+            + " RETURN v.conversation_id AS c, v.version AS v ORDER BY c", view=VIEW, **params))
+
+    @staticmethod
+    def _boundary_key(b: Boundary) -> str:
+        return _digest(b.tenant_id, sorted(b.conversation_ids) if b.conversation_ids is not None else None,
+                       sorted(b.session_ids) if b.session_ids is not None else None, sorted(b.agent_ids) if b.agent_ids is not None else None,
+                       b.since and utc(b.since).isoformat(), b.until and utc(b.until).isoformat())
 
     def _drop_projection(self, name: str) -> None:
         self._query(f"dropping GDS projection {name}", "CALL gds.graph.drop($name, false) YIELD graphName RETURN graphName", name=name)

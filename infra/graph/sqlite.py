@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from infra.sqlite_base import SqliteViewBase, _chunks, boundary_where, forget_where
-from schemas.ports.graph import CoSentence, EntityMatch, GraphChangeSet
+from schemas.ports.graph import EntityMatch, GraphChangeSet, SentenceIncidence
 from schemas.ports.views import Boundary, Forget, Positions, TurnRow
 
 _SCHEMA = """
@@ -56,11 +56,10 @@ class _Snapshot:
     index: dict[str, int]
     mention_matrix: sp.csr_matrix  # contexts x entities, eq. 4 weights
     adjacency: sp.csr_matrix  # contexts x contexts, symmetric 0/1
-    sentences: list[CoSentence]
-    sentences_by_entity: dict[str, list[int]] = field(default_factory=dict)
+    sentences: SentenceIncidence
     context_entities: dict[str, set[str]] = field(default_factory=dict)
     context_mentions: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
-    transitions: dict[tuple, sp.csr_matrix] = field(default_factory=dict)
+    transitions: dict[tuple, tuple[sp.csr_matrix, np.ndarray]] = field(default_factory=dict)
 
 
 class SqliteGraphStore(SqliteViewBase):
@@ -181,17 +180,10 @@ class SqliteGraphStore(SqliteViewBase):
                 adj_rows += [ctx_index[s], ctx_index[t]]
                 adj_cols += [ctx_index[t], ctx_index[s]]
         adj = sp.csr_matrix((np.ones(len(adj_rows)), (adj_rows, adj_cols)), shape=(len(contexts), len(contexts)), dtype=np.float64)
-        sentences: list[CoSentence] = []
-        by_entity: dict[str, list[int]] = defaultdict(list)
-        for sid, cid, ents in conn.execute(f"SELECT sentence_id, context_id, entity_ids FROM sentences WHERE {where} ORDER BY sentence_id", args).fetchall():
-            if cid not in ctx_index:
-                continue
-            ids = tuple(json.loads(ents))
-            if not ids:
-                continue
-            for e in ids:
-                by_entity[e].append(len(sentences))
-            sentences.append(CoSentence(sid, cid, ids))
+        sentences = SentenceIncidence.build(
+            (sid, cid, json.loads(ents))
+            for sid, cid, ents in conn.execute(f"SELECT sentence_id, context_id, entity_ids FROM sentences WHERE {where}", args).fetchall()
+            if cid in ctx_index)
         ctx_entities: dict[str, set[str]] = defaultdict(set)
         for cid, eid, _, _ in node_mentions:
             ctx_entities[cid].add(eid)
@@ -202,7 +194,7 @@ class SqliteGraphStore(SqliteViewBase):
             contexts=contexts, context_rows={t.turn_id: t for t in turns}, entities=entity_ids,
             entity_names=[ent_rows[e][0] for e in entity_ids], entity_labels=[ent_rows[e][1] for e in entity_ids],
             named=named, named_vectors=vectors, index=index, mention_matrix=mm, adjacency=adj, sentences=sentences,
-            sentences_by_entity=dict(by_entity), context_entities=dict(ctx_entities), context_mentions=dict(labels),
+            context_entities=dict(ctx_entities), context_mentions=dict(labels),
         )
 
     def align_entities(self, boundary: Boundary, names: list[str], vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
@@ -238,10 +230,8 @@ class SqliteGraphStore(SqliteViewBase):
     def context_mentions(self, boundary: Boundary) -> dict[str, list[tuple[str, str]]]:
         return self._snapshot(boundary).context_mentions
 
-    def co_sentences(self, boundary: Boundary, entity_ids: list[str]) -> list[CoSentence]:
-        snap = self._snapshot(boundary)
-        idx = sorted({i for e in entity_ids for i in snap.sentences_by_entity.get(e, [])})
-        return [snap.sentences[i] for i in idx]
+    def sentence_incidence(self, boundary: Boundary) -> SentenceIncidence:
+        return self._snapshot(boundary).sentences
 
     def context_entities(self, tenant_id: str, context_ids: list[str]) -> dict[str, set[str]]:
         out: dict[str, set[str]] = defaultdict(set)
@@ -267,9 +257,7 @@ class SqliteGraphStore(SqliteViewBase):
         if n == 0 or r.sum() <= 0:
             return {}
         r /= r.sum()
-        P = self._transitions(snap, adjacency_weight, tuple(sorted(exclude_labels)), max_share)
-        PT = P.T.tocsr()
-        dangling = np.asarray(P.sum(axis=1)).ravel() == 0
+        PT, dangling = self._transitions(snap, adjacency_weight, tuple(sorted(exclude_labels)), max_share)
         pi = r.copy()
         for _ in range(max_iterations):
             nxt = (1 - damping) * r + damping * (PT @ pi + pi[dangling].sum() * r)
@@ -280,10 +268,12 @@ class SqliteGraphStore(SqliteViewBase):
         return {cid: float(pi[i]) for i, cid in enumerate(snap.contexts)}
 
     @staticmethod
-    def _transitions(snap: _Snapshot, adjacency_weight: float, exclude_labels: tuple[str, ...], max_share: float = 1.0) -> sp.csr_matrix:
+    def _transitions(snap: _Snapshot, adjacency_weight: float, exclude_labels: tuple[str, ...],
+                     max_share: float = 1.0) -> tuple[sp.csr_matrix, np.ndarray]:
+        """(P^T, dangling rows) of the row-normalised transition matrix, cached on the snapshot."""
         key = (adjacency_weight, exclude_labels, max_share)
-        P = snap.transitions.get(key)
-        if P is None:
+        cached = snap.transitions.get(key)
+        if cached is None:
             nc = len(snap.contexts)
             mm = snap.mention_matrix
             if exclude_labels or max_share < 1.0:
@@ -299,9 +289,9 @@ class SqliteGraphStore(SqliteViewBase):
                 A = sp.bmat([[adjacency_weight * snap.adjacency, mm], [mm.T, None]], format="csr", dtype=np.float64)
             deg = np.asarray(A.sum(axis=1)).ravel()
             inv = np.divide(1.0, deg, out=np.zeros_like(deg), where=deg > 0)
-            P = sp.diags(inv) @ A
-            snap.transitions[key] = P.tocsr()
-        return P
+            P = (sp.diags(inv) @ A).tocsr()
+            cached = snap.transitions[key] = (P.T.tocsr(), deg == 0)
+        return cached
 
     def canonical_dump(self) -> dict:
         conn = self._conn()

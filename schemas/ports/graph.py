@@ -13,11 +13,14 @@ by the engine (scipy embedded, Neo4j GDS at scale).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Iterable, Protocol
 
 import numpy as np
+import scipy.sparse as sp
 
+from schemas.keyindex import KeyIndex
 from schemas.ports.views import Boundary, ChangeSet, Positions, ViewStore
+from schemas.units import unit_key
 
 
 @dataclass(frozen=True)
@@ -77,11 +80,40 @@ class EntityMatch:
     score: float  # cosine
 
 
-@dataclass(frozen=True)
-class CoSentence:
-    sentence_id: str
-    context_id: str
+@dataclass(frozen=True, eq=False)
+class SentenceIncidence:
+    """Z of eq. 9 for a boundary: the entities each sentence mentions, as a sparse 0/1 matrix
+    (rows: sentences by id, columns: entities), so that propagation is two sparse products
+    instead of a Python loop over thousands of sentences. Sentences without entities are left out."""
+
+    sentence_ids: tuple[str, ...]
+    context_ids: tuple[str, ...]  # the turn each sentence belongs to
     entity_ids: tuple[str, ...]
+    matrix: sp.csr_matrix  # sentences x entities
+    keys: KeyIndex  # unit_key(sentence_id) -> row, to place the dense view's sentence scores
+    entity_index: dict[str, int]
+
+    @classmethod
+    def build(cls, rows: Iterable[tuple[str, str, Iterable[str]]]) -> "SentenceIncidence":
+        """From (sentence id, context id, entity ids) rows, in any order."""
+        rows = sorted((sid, cid, tuple(ents)) for sid, cid, ents in rows)
+        rows = [r for r in rows if r[2]]
+        entity_ids = tuple(sorted({e for _, _, ents in rows for e in ents}))
+        index = {e: j for j, e in enumerate(entity_ids)}
+        r_idx = [i for i, (_, _, ents) in enumerate(rows) for _ in ents]
+        c_idx = [index[e] for _, _, ents in rows for e in ents]
+        matrix = sp.csr_matrix((np.ones(len(r_idx)), (r_idx, c_idx)), shape=(len(rows), len(entity_ids)))
+        matrix.data[:] = 1.0  # an entity listed twice in a sentence still counts once
+        return cls(tuple(r[0] for r in rows), tuple(r[1] for r in rows), entity_ids, matrix,
+                   KeyIndex([unit_key(r[0]) for r in rows]), index)
+
+    def sentences_mentioning(self, entity_ids: Iterable[str]) -> list[str]:
+        """Ids of the sentences that mention at least one of `entity_ids` (Z(e) of eq. 9)."""
+        cols = [self.entity_index[e] for e in entity_ids if e in self.entity_index]
+        if not cols:
+            return []
+        hit = np.asarray(self.matrix[:, cols].sum(axis=1)).ravel() > 0
+        return [self.sentence_ids[i] for i in np.flatnonzero(hit)]
 
 
 class GraphStore(ViewStore, Protocol):
@@ -108,8 +140,9 @@ class GraphStore(ViewStore, Protocol):
         (PERSON, DATE, CARDINAL, SPEAKER, KEYWORD…), for answer-type compatibility."""
         ...
 
-    def co_sentences(self, boundary: Boundary, entity_ids: list[str]) -> list[CoSentence]:
-        """Sentences inside the boundary that mention at least one of `entity_ids` (Z(e) of eq. 9)."""
+    def sentence_incidence(self, boundary: Boundary) -> SentenceIncidence:
+        """The boundary's sentences and the entities each mentions (eq. 9); cached by the store
+        until a write touches the boundary."""
         ...
 
     def context_entities(self, tenant_id: str, context_ids: list[str]) -> dict[str, set[str]]: ...

@@ -20,6 +20,7 @@ import numpy as np
 from schemas.ports.views import Boundary
 from schemas.query import SearchRequest
 from services.query.analysis import keyword_words
+from schemas.keyindex import KeyIndex
 from services.query.corpus import Corpus, Level
 
 
@@ -77,30 +78,26 @@ class QueryContext:
         return " ".join(keyword_words(self.request.question))
 
     # -- raw signals, aligned to corpus order ----------------------------------------------
-    def _keys(self, kind: str, level: int | None) -> tuple[int, dict[int, int]]:
+    def _keys(self, kind: str, level: int | None) -> KeyIndex:
         c = self.corpus
         if kind == "turn":
-            return c.n, c.keys
+            return c.keys
         lv: Level = c.episodes if kind == "episode" else c.windows[level]
-        return len(lv.units), lv.keys
+        return lv.keys
 
     def bm25(self, kind: str, level: int | None = None) -> np.ndarray:
         """BM25 score of every unit of the level (0 when the engine does not match it)."""
         key = ("bm25", kind, level)
         if key not in self._cache:
-            n, positions = self._keys(kind, level)
-            out = np.zeros(n)
-            if n and self.lexical_query:
+            positions = self._keys(kind, level)
+            if len(positions) and self.lexical_query:
                 raw = ("bm25-raw", kind)
                 if raw not in self._cache:  # one engine call per kind (window levels share it)
                     with self.timed("lexical"):
                         self._cache[raw] = self.store("lexical").score_units(kind, self.lexical_query, self.boundary, self._count(kind))
-                keys, scores = self._cache[raw]
-                for k, v in zip(keys.tolist(), scores.tolist()):
-                    i = positions.get(k)
-                    if i is not None:
-                        out[i] = v
-            self._cache[key] = out
+                self._cache[key] = positions.scatter(*self._cache[raw], fill=0.0)
+            else:
+                self._cache[key] = np.zeros(len(positions))
         return self._cache[key]
 
     def dense(self, kind: str, level: int | None = None, vector: np.ndarray | None = None) -> np.ndarray:
@@ -108,30 +105,26 @@ class QueryContext:
         vkey = None if vector is None else vector.tobytes()
         key = ("dense", kind, level, vkey)
         if key not in self._cache:
-            n, positions = self._keys(kind, level)
-            out = np.full(n, -1.0)
-            if n:
+            positions = self._keys(kind, level)
+            if len(positions):
                 raw = ("dense-raw", kind, vkey)
                 if raw not in self._cache:
                     q = self.qvec if vector is None else vector
                     with self.timed("dense"):
                         self._cache[raw] = self.store("dense").score_units(kind, q, self.boundary)
-                keys, scores = self._cache[raw]
-                for k, v in zip(keys.tolist(), scores.tolist()):
-                    i = positions.get(k)
-                    if i is not None:
-                        out[i] = v
-            self._cache[key] = out
+                self._cache[key] = positions.scatter(*self._cache[raw], fill=-1.0)
+            else:
+                self._cache[key] = np.full(0, -1.0)
         return self._cache[key]
 
-    def sentence_scores(self) -> dict[int, float]:
-        """Cosine of every sentence in the boundary to the question, by sentence key."""
+    def sentence_relevance(self, sentence_keys: KeyIndex) -> np.ndarray:
+        """Cosine of the question to each sentence of `sentence_keys` (0 for sentences the dense
+        view does not hold)."""
         key = ("sentences",)
         if key not in self._cache:
             with self.timed("dense"):
-                keys, scores = self.store("dense").score_units("sentence", self.qvec, self.boundary)
-            self._cache[key] = dict(zip(keys.tolist(), scores.tolist()))
-        return self._cache[key]
+                self._cache[key] = self.store("dense").score_units("sentence", self.qvec, self.boundary)
+        return sentence_keys.scatter(*self._cache[key], fill=0.0)
 
     def _count(self, kind: str) -> int:
         c = self.corpus

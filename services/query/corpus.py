@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from schemas.ports.views import Boundary
+from schemas.keyindex import KeyIndex
 from schemas.units import TraceUnit, unit_key
 
 
@@ -25,7 +26,7 @@ class Level:
     units: list[TraceUnit]
     index: dict[str, int]
     membership: sp.csr_matrix  # units x turns, 0/1
-    keys: dict[int, int] = field(default_factory=dict)  # unit_key -> position
+    keys: KeyIndex = field(default_factory=lambda: KeyIndex([]))  # unit_key -> position
 
     def lift(self, unit_scores: np.ndarray) -> np.ndarray:
         """Per turn: the best score among the units that contain it (-inf if none)."""
@@ -48,7 +49,7 @@ class Corpus:
     windows: dict[int, Level]  # by window size
     episodes: Level
     by_unit: dict[str, TraceUnit] = field(default_factory=dict)
-    keys: dict[int, int] = field(default_factory=dict)  # turn unit_key -> position
+    keys: KeyIndex = field(default_factory=lambda: KeyIndex([]))  # turn unit_key -> position
 
     @property
     def n(self) -> int:
@@ -72,7 +73,7 @@ def _level(units: list[TraceUnit], index: dict[str, int], n: int) -> Level:
                 rows.append(k)
                 cols.append(j)
     m = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(units), n))
-    return Level(units, {u.unit_id: k for k, u in enumerate(units)}, m, {unit_key(u.unit_id): k for k, u in enumerate(units)})
+    return Level(units, {u.unit_id: k for k, u in enumerate(units)}, m, KeyIndex([unit_key(u.unit_id) for u in units]))
 
 
 def build_corpus(units_store, boundary: Boundary) -> Corpus:
@@ -96,7 +97,7 @@ def build_corpus(units_store, boundary: Boundary) -> Corpus:
         episodes=_level(episodes, index, len(turns)),
     )
     corpus.by_unit = {u.unit_id: u for u in (*turns, *windows_all, *episodes)}
-    corpus.keys = {unit_key(u.unit_id): i for i, u in enumerate(turns)}
+    corpus.keys = KeyIndex([unit_key(u.unit_id) for u in turns])
     return corpus
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from schemas.text import normalize_entity
-from schemas.units import entity_id, unit_key
+from schemas.units import entity_id
 from services.query.analysis import keyword_words, stem, stop_words, tokens
 from services.query.config import DEFAULT, ZeroMemConfig
 from services.query.context import Candidate, QueryContext, Ranking
@@ -288,12 +288,7 @@ class ZeroMem:
         if not terms:
             return np.zeros(self.n)
         keys, scores = self.ctx.store("lexical").score_units("turn", " ".join(terms), self.ctx.boundary, c.n)
-        out = np.zeros(self.n)
-        for k, v in zip(keys.tolist(), scores.tolist()):
-            i = c.keys.get(k)
-            if i is not None:
-                out[i] = v
-        return out
+        return c.keys.scatter(keys, scores, fill=0.0)
 
     def _hierarchy(self) -> np.ndarray:
         cfg, c, a = self.cfg, self.corpus, self.cfg.a_lex
@@ -346,26 +341,31 @@ class ZeroMem:
 
     def _propagate(self, eta: dict[str, float]) -> dict[str, float]:
         """Eq. 9: an entity gains activation when it shares query-relevant sentences with an
-        active one; a sentence's relevance is its dense similarity to the question."""
+        active one; a sentence's relevance is its dense similarity to the question (clipped at 0).
+        With Z the sentences x entities incidence and w the relevances, one step is
+        gained = Z^T (w * Z a), kept for entities not yet active, rescaled so that the best
+        gain is `propagation_weight` times the strongest activation."""
         cfg = self.cfg
-        act = dict(eta)
-        sims = self.ctx.sentence_scores()
-        graph = self.ctx.store("graph")
+        inc = self.ctx.store("graph").sentence_incidence(self.ctx.boundary)
+        if not cfg.propagation_steps or not inc.sentence_ids:
+            return dict(eta)
+        w = np.maximum(self.ctx.sentence_relevance(inc.keys), 0.0)
+        a = np.zeros(len(inc.entity_ids))
+        for e, v in eta.items():
+            j = inc.entity_index.get(e)
+            if j is not None:
+                a[j] = v
+        strongest_outside = max((v for e, v in eta.items() if e not in inc.entity_index), default=0.0)
+        Z, ZT = inc.matrix, inc.matrix.T
         for _ in range(cfg.propagation_steps):
-            gained: dict[str, float] = {}
-            for z in graph.co_sentences(self.ctx.boundary, list(act)):
-                w = max(sims.get(unit_key(z.sentence_id), 0.0), 0.0)
-                zact = sum(act.get(e, 0.0) for e in z.entity_ids)
-                if w and zact:
-                    for e in z.entity_ids:
-                        gained[e] = gained.get(e, 0.0) + w * zact
-            gained = {e: v for e, v in gained.items() if act.get(e, 0.0) <= 0}
-            top = max(gained.values(), default=0.0)
+            gained = ZT @ (w * (Z @ a))
+            gained[a > 0] = 0.0
+            top = float(gained.max(initial=0.0))
             if top <= 0:
                 break
-            scale = cfg.propagation_weight * max(max(act.values()), 1e-9) / top
-            for e, v in gained.items():
-                act[e] = act.get(e, 0.0) + v * scale
+            a = a + gained * (cfg.propagation_weight * max(float(a.max(initial=0.0)), strongest_outside, 1e-9) / top)
+        act = dict(eta)
+        act.update({inc.entity_ids[j]: float(a[j]) for j in np.flatnonzero(a > 0)})
         return act
 
     @property

@@ -124,8 +124,11 @@ def test_graph_reads_are_bounded_by_conversation_and_tenant(store):
     assert store.align_entities(b, ["kw:pasta"], np.zeros((1, 16), np.float32), 1)[0][0].entity_id == ids1["kw:pasta"]
     assert store.present(b, [ids1["rome"], ids3["rome"], "n_nothing"]) == {ids1["rome"]}
     assert sorted(store.context_mentions(b)[rows1[2].turn_id]) == [("kw:pasta", "KEYWORD"), ("rome", "GPE")]
-    sents = store.co_sentences(Boundary("t1", ("c1",)), [ids1["bob"]])
-    assert {s.context_id for s in sents} == {rows1[0].turn_id, rows1[1].turn_id}
+    inc = store.sentence_incidence(Boundary("t1", ("c1",)))
+    bob = inc.sentences_mentioning([ids1["bob"]])
+    assert {inc.context_ids[inc.sentence_ids.index(s)] for s in bob} == {rows1[0].turn_id, rows1[1].turn_id}
+    assert set(inc.context_ids) <= {r.turn_id for r in rows1}  # nothing from c2 or tenant t2
+    assert ids3["paris"] not in inc.entity_index
     assert store.context_entities("t1", [rows1[1].turn_id]) == {rows1[1].turn_id: {ids1["bob"], ids1["paris"]}}
     assert store.known_entities("t1", [ids1["ann"], "n_nothing"]) == {ids1["ann"]}
     assert store.known_entities("t2", [ids1["ann"]]) == set()
