@@ -1,6 +1,6 @@
 """Choose Zero-Mem's constants on the LoCoMo dev split by leave-one-conversation-out.
 
-    .venv/bin/python benchmarks/tune_zeromem.py --data-dir DIR [--ingest] [--out bench-results/tuning.json]
+    .venv/bin/python benchmarks/tune_zeromem.py --data-dir DIR [--ingest] [--set NAME=VALUE ...] [--out bench-results/tuning.json]
 
 For each of the five conversations: coordinate descent over a small grid per constant
 (services/query/config.py), maximising the mean of recall@10 and recall@25 on the *other four*,
@@ -13,6 +13,7 @@ once per question (the views are queried through the same ports as in production
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import sys
 import time
@@ -138,6 +139,16 @@ def summarize(bench: Bench, rec: dict[int, np.ndarray], idx: np.ndarray) -> dict
     return out
 
 
+def _assignment(text: str) -> tuple[str, object]:
+    name, _, value = text.partition("=")
+    if name not in ZeroMemConfig.keys():
+        raise SystemExit(f"--set: unknown constant {name!r}")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return name, value
+
+
 async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-dir", type=Path, required=True)
@@ -145,33 +156,36 @@ async def main() -> int:
     ap.add_argument("--ingest", action="store_true", help="ingest the dev split into --data-dir first")
     ap.add_argument("--passes", type=int, default=2, help="coordinate-descent passes for the configuration tuned on all five")
     ap.add_argument("--fold-passes", type=int, default=1, help="passes per leave-one-out fold")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="start from the shipped configuration with this constant changed (Python literal, or a bare string)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    start = DEFAULT.with_(**dict(_assignment(a) for a in args.set))
     if args.ingest:
         settings = Settings.load(data_dir=args.data_dir)
         await ingest(settings, Registry(settings), locomo.load(args.locomo), "locomo", None)
     t0 = time.perf_counter()
     bench = Bench(args.data_dir, args.locomo)
     everything = np.arange(len(bench.qs))
-    print(f"{len(bench.qs)} questions; shipped config: {summarize(bench, bench.recalls(DEFAULT, everything), everything)}", flush=True)
+    print(f"{len(bench.qs)} questions; start config: {summarize(bench, bench.recalls(start, everything), everything)}", flush=True)
     loco = {b: np.zeros(len(bench.qs)) for b in BUDGETS}
     folds = []
     for c, conv in enumerate(bench.convs):
         train, test = np.where(bench.conv_of != c)[0], np.where(bench.conv_of == c)[0]
-        cfg, score = tune(bench, train, DEFAULT, args.fold_passes)
+        cfg, score = tune(bench, train, start, args.fold_passes)
         r = bench.recalls(cfg, test)
         for b in BUDGETS:
             loco[b][test] = r[b]
         folds.append({"held_out": conv, "train_objective": round(score, 4), "test": {f"budget_{b}": round(float(r[b].mean()), 4) for b in BUDGETS},
-                      "changes": {k: v for k, v in asdict(cfg).items() if k != "extra" and v != getattr(DEFAULT, k)},
+                      "changes": {k: v for k, v in asdict(cfg).items() if k != "extra" and v != getattr(start, k)},
                       "config": {k: v for k, v in asdict(cfg).items() if k != "extra"}})
         print(f"fold {conv}: train {score:.4f} test B10 {r[10].mean():.4f} B25 {r[25].mean():.4f} ({time.perf_counter() - t0:.0f}s)", flush=True)
-    overall, score = tune(bench, everything, DEFAULT, args.passes)
+    overall, score = tune(bench, everything, start, args.passes)
     report = {
         "loco": summarize(bench, loco, everything), "folds": folds,
-        "start": {k: v for k, v in asdict(DEFAULT).items() if k != "extra"},
+        "start": {k: v for k, v in asdict(start).items() if k != "extra"},
         "global": {"objective": round(score, 4), "recall": summarize(bench, bench.recalls(overall, everything), everything),
-                   "config_changes": {k: v for k, v in asdict(overall).items() if k != "extra" and v != getattr(DEFAULT, k)},
+                   "config_changes": {k: v for k, v in asdict(overall).items() if k != "extra" and v != getattr(start, k)},
                    "config": {k: v for k, v in asdict(overall).items() if k != "extra"}},
         "seconds": round(time.perf_counter() - t0, 1),
     }

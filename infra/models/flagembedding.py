@@ -151,21 +151,42 @@ class FlagEmbeddingEncoder:
         results: dict[int, EncodedText] = {}
         for idx in self._batches(texts):
             h, mask, off = self._forward([texts[i] for i in idx], with_offsets=True)
-            m = mask.astype(bool)
             pooled = self._pool(h, mask)
             for j, i in enumerate(idx):
-                valid = m[j]
-                tokens = int(valid.sum())
-                mean = h[j][valid].mean(axis=0)
-                # Tokens that belong to text (special tokens have empty offsets).
-                real = valid & (off[j, :, 1] > off[j, :, 0])
-                span_vecs = []
-                for (s, e) in spans[i]:
-                    sel = real & (off[j, :, 0] >= s) & (off[j, :, 1] <= e)
-                    span_vecs.append(h[j][sel].mean(axis=0) if sel.any() else pooled[j])
-                span_arr = _normalize(np.stack(span_vecs)) if span_vecs else np.zeros((0, h.shape[-1]), dtype=np.float32)
-                results[i] = EncodedText(vector=_normalize(pooled[j][None, :])[0], mean=mean.astype(np.float32), tokens=tokens, spans=span_arr)
+                states = _States.of(h[j], mask[j], off[j], pooled[j])
+                results[i] = EncodedText(vector=states.vector, mean=states.hidden.mean(axis=0).astype(np.float32), tokens=len(states.hidden),
+                                         spans=states.pool(spans[i]))
         return [results[i] for i in range(len(texts))]
+
+    def encode_states(self, text: str) -> "_States":
+        h, mask, off = self._forward([text], with_offsets=True)
+        return _States.of(h[0], mask[0], off[0], self._pool(h, mask)[0])
+
+
+class _States:
+    """Token states of one text (padding dropped) and its pooled vector; spans are pooled from
+    the tokens lying inside them ("late chunking"), or fall back to the whole text's vector."""
+
+    def __init__(self, hidden: np.ndarray, offsets: np.ndarray, pooled: np.ndarray):
+        self.hidden = hidden
+        self.offsets = offsets
+        self._pooled = pooled
+        self.vector = _normalize(pooled[None, :])[0]
+
+    @classmethod
+    def of(cls, hidden: np.ndarray, mask: np.ndarray, offsets: np.ndarray, pooled: np.ndarray) -> "_States":
+        valid = mask.astype(bool)
+        return cls(hidden[valid], offsets[valid], pooled)
+
+    def pool(self, spans: list[tuple[int, int]]) -> np.ndarray:
+        if not spans:
+            return np.zeros((0, self.hidden.shape[-1]), dtype=np.float32)
+        real = self.offsets[:, 1] > self.offsets[:, 0]  # special tokens have empty offsets
+        out = []
+        for s, e in spans:
+            sel = real & (self.offsets[:, 0] >= s) & (self.offsets[:, 1] <= e)
+            out.append(self.hidden[sel].mean(axis=0) if sel.any() else self._pooled)
+        return _normalize(np.stack(out))
 
 
 def _normalize(x: np.ndarray) -> np.ndarray:

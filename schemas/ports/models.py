@@ -20,6 +20,17 @@ class EncodedText:
     spans: np.ndarray  # one L2-normalised vector per requested character span ("late chunking")
 
 
+class TokenStates(Protocol):
+    """One text's encoding with its token states kept, so that spans found later (the
+    question's entities) can be pooled without a second forward pass."""
+
+    vector: np.ndarray  # L2-normalised pooled embedding, as `encode` gives
+
+    def pool(self, spans: list[tuple[int, int]]) -> np.ndarray:
+        """One L2-normalised vector per character span, shape (len(spans), dim)."""
+        ...
+
+
 class Encoder(Protocol):
     model_name: str
     dim: int
@@ -30,6 +41,11 @@ class Encoder(Protocol):
 
     def encode_with_spans(self, texts: list[str], spans: list[list[tuple[int, int]]]) -> list[EncodedText]:
         """Encode each text once and also pool its token states over the given character spans."""
+        ...
+
+    def encode_states(self, text: str) -> TokenStates:
+        """Encode one text and keep its token states (thread-safe: the query path runs it
+        beside the NER and the lexical search)."""
         ...
 
 

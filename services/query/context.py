@@ -10,6 +10,7 @@ from the vector engine).
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -43,8 +44,10 @@ class Ranking:
 
 
 class QueryContext:
-    def __init__(self, request: SearchRequest, boundary: Boundary, corpus: Corpus, views, encoder, extractor=None):
+    def __init__(self, request: SearchRequest, boundary: Boundary, corpus: Corpus, views, encoder, extractor=None, executor=None):
         self.extractor = extractor
+        self.executor = executor  # runs the question's encoding beside the rest (None: inline)
+        self._encoding: Future | None = None
         self.request = request
         self.boundary = boundary
         self.corpus = corpus
@@ -67,10 +70,32 @@ class QueryContext:
         return s
 
     # -- the question ----------------------------------------------------------------------
+    def begin_encoding(self) -> None:
+        """Start encoding the question on the executor: the encoder releases the GIL, so the
+        NER, the lexical searches and the corpus work proceed meanwhile on the other core."""
+        if self._encoding is None and self.executor is not None and "question_states" not in self.__dict__:
+            self._encoding = self.executor.submit(self._encode_question)
+
+    def _encode_question(self):
+        t0 = time.perf_counter()
+        states = self.encoder.encode_states(self.request.question)
+        return states, (time.perf_counter() - t0) * 1000
+
     @cached_property
+    def question_states(self):
+        """The question's vector and token states (one forward pass for the question and its
+        entity spans). Stage "encode" is the encoder's own time, "encode_wait" the part of it
+        the query waited for."""
+        t0 = time.perf_counter()
+        states, ms = self._encoding.result() if self._encoding is not None else self._encode_question()
+        self.timings["encode"] = self.timings.get("encode", 0.0) + ms
+        if self._encoding is not None:
+            self.timings["encode_wait"] = (time.perf_counter() - t0) * 1000
+        return states
+
+    @property
     def qvec(self) -> np.ndarray:
-        with self.timed("encode"):
-            return self.encoder.encode([self.request.question])[0]
+        return self.question_states.vector
 
     @cached_property
     def lexical_query(self) -> str:
@@ -91,14 +116,18 @@ class QueryContext:
         if key not in self._cache:
             positions = self._keys(kind, level)
             if len(positions) and self.lexical_query:
-                raw = ("bm25-raw", kind)
-                if raw not in self._cache:  # one engine call per kind (window levels share it)
-                    with self.timed("lexical"):
-                        self._cache[raw] = self.store("lexical").score_units(kind, self.lexical_query, self.boundary, self._count(kind))
-                self._cache[key] = positions.scatter(*self._cache[raw], fill=0.0)
+                self._cache[key] = positions.scatter(*self.bm25_raw(kind), fill=0.0)
             else:
                 self._cache[key] = np.zeros(len(positions))
         return self._cache[key]
+
+    def bm25_raw(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
+        """The engine's (keys, scores) for one unit kind: one call per kind, window levels share it."""
+        raw = ("bm25-raw", kind)
+        if raw not in self._cache:
+            with self.timed("lexical"):
+                self._cache[raw] = self.store("lexical").score_units(kind, self.lexical_query, self.boundary, self._count(kind))
+        return self._cache[raw]
 
     def dense(self, kind: str, level: int | None = None, vector: np.ndarray | None = None) -> np.ndarray:
         """Cosine of every unit of the level to the question (or to `vector`)."""

@@ -8,6 +8,7 @@ item carries its turns' event ids and log positions.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from schemas.errors import BadRequest, NotFound
@@ -27,14 +28,20 @@ class QueryService:
         self.extractor = extractor
         self.corpora = CorpusCache()
         self.strategies: dict[str, StrategyFn] = strategies or default_strategies()
+        # Encodes questions beside the rest of a query (the encoder releases the GIL); one
+        # thread per query in flight is enough, more would only queue on the two cores.
+        self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memstream-encode")
 
     def start(self) -> None:
         """Load the models (explicitly, not in the constructor), and warm the single-text
-        encoder path so the first question does not pay for tracing it."""
+        encoder path so that the first question does not pay for the runtime's first call."""
         self.encoder.start()
-        self.encoder.encode(["warm up"])
+        self.encoder.encode_states("warm up")
         if self.extractor is not None:
             self.extractor.start()
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
 
     def boundary(self, r: SearchRequest) -> Boundary:
         if r.since and r.until and r.since > r.until:
@@ -58,7 +65,7 @@ class QueryService:
         if not units.known_tenant(request.tenant_id):
             raise NotFound(f"unknown tenant {request.tenant_id!r}: no events have been processed for it")
         corpus = self.corpora.get(units, boundary)
-        ctx = QueryContext(request, boundary, corpus, self.views, self.encoder, self.extractor)
+        ctx = QueryContext(request, boundary, corpus, self.views, self.encoder, self.extractor, self.executor)
         ctx.timings["corpus"] = (time.perf_counter() - t0) * 1000
         ctx.backends["hierarchy"] = units.backend
         if corpus.n == 0:

@@ -158,6 +158,22 @@ class ZeroMem:
         self.ctx.__dict__["qvec"] = enc.vector  # the same vector ctx.encoder.encode would give
         return enc.spans
 
+    def _overlap_encoding(self) -> None:
+        """Start the question's encoding, and meanwhile do the work that does not need it: the
+        profile (NER) and the BM25 searches the hierarchy view will use."""
+        ctx, cfg, c = self.ctx, self.cfg, self.corpus
+        if "question_states" in ctx.__dict__:
+            return
+        ctx.begin_encoding()
+        self.profile
+        if not ctx.lexical_query:
+            return
+        ctx.bm25_raw("turn")
+        if any(w and c.windows[size].units for size, w in zip(sorted(c.windows), cfg.w_windows)):
+            ctx.bm25_raw("window")
+        if cfg.w_episode and c.episodes.units:
+            ctx.bm25_raw("episode")
+
     # -- signals ---------------------------------------------------------------------------
     @property
     def lexcov(self) -> np.ndarray:
@@ -448,6 +464,7 @@ class ZeroMem:
         """(fused score, closure bonuses, calibrated score) per turn."""
         if mode not in MODES:
             raise ValueError(f"unknown Zero-Mem mode {mode!r}")
+        self._overlap_encoding()
         self.entity_vectors  # one encoder pass gives the question vector and its entity vectors
         fused = self.fused(mode)
         bonus = {} if mode == "no-closure" else self.closure(_order(fused).tolist())

@@ -31,6 +31,10 @@ def test_single_texts_and_spans_match_the_batch_path(models):
         np.testing.assert_allclose(encoder.encode([text])[0], batch[i], atol=1e-5)
         (enc,) = encoder.encode_with_spans([text], [[(0, min(5, len(text)))]])
         np.testing.assert_allclose(enc.vector, batch[i], atol=1e-5)
+        states = encoder.encode_states(text)  # the query path: spans pooled after the forward pass
+        np.testing.assert_allclose(states.vector, batch[i], atol=1e-5)
+        np.testing.assert_allclose(states.pool([(0, min(5, len(text)))]), enc.spans, atol=1e-6)
+        assert states.pool([]).shape == (0, encoder.dim)
 
 
 def test_torch_runtime_gives_the_same_vectors_and_spans(models, tmp_path):
