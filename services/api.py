@@ -116,7 +116,6 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
             await state.monitor_task
             if state.runner_task is not None:
                 await state.runner_task
-            state.query.close()
             state.views.close()
             if state.reader is not None:
                 state.reader.close()

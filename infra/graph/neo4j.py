@@ -74,7 +74,8 @@ import json
 import logging
 import threading
 from collections import OrderedDict, defaultdict
-from typing import Iterator
+from types import MappingProxyType
+from typing import Iterator, Mapping
 
 import numpy as np
 from neo4j import exceptions as neo_exc
@@ -166,7 +167,7 @@ class Neo4jGraphStore:
         self._ready_lock = threading.Lock()
         self._projections: OrderedDict[str, int] = OrderedDict()  # name -> node count, the ones this store uses, LRU order
         self._proj_lock = threading.Lock()
-        self._incidence: OrderedDict[tuple, SentenceIncidence] = OrderedDict()  # (boundary key, versions), LRU order
+        self._read_cache: OrderedDict[tuple, object] = OrderedDict()  # (read, boundary key, versions) -> value, LRU order
         self._gds_checked = False
 
     # -- plumbing --------------------------------------------------------------------------
@@ -188,7 +189,7 @@ class Neo4jGraphStore:
         """Delete this generation's nodes and GDS projections (a retired generation's storage)."""
         with self._proj_lock:
             self._projections.clear()
-            self._incidence.clear()
+            self._read_cache.clear()
         with translated(self.uri, f"dropping graph generation {self.generation}"), self._session() as s:
             drop_generation_data(s, VIEW, self.generation)
 
@@ -354,12 +355,15 @@ class Neo4jGraphStore:
             out[r["i"]].append(EntityMatch(r["id"], r["name"], r["label"], float(r["score"])))
         return out
 
-    def entity_names(self, boundary: Boundary) -> dict[str, str]:
-        where, params = _scope(boundary)
-        rows = self._query("reading a boundary's entity names",
-                           f"MATCH (c:Context) WHERE {where} MATCH (c)-[m:MENTIONS]->(e:Entity) WHERE m.kind IN $kinds AND e.vector IS NOT NULL "
-                           "RETURN DISTINCT e.name AS name, e.label AS label", kinds=NODE_KINDS, **params)
-        return {r["name"]: r["label"] for r in rows}
+    def entity_names(self, boundary: Boundary) -> Mapping[str, str]:
+        def read() -> Mapping[str, str]:
+            where, params = _scope(boundary)
+            rows = self._query("reading a boundary's entity names",
+                               f"MATCH (c:Context) WHERE {where} MATCH (c)-[m:MENTIONS]->(e:Entity) WHERE m.kind IN $kinds "
+                               "AND e.vector IS NOT NULL RETURN DISTINCT e.name AS name, e.label AS label", kinds=NODE_KINDS, **params)
+            return MappingProxyType({r["name"]: r["label"] for r in rows})
+
+        return self._per_version("entity_names", boundary, read)
 
     def context_mentions(self, boundary: Boundary) -> dict[str, list[tuple[str, str]]]:
         where, params = _scope(boundary)
@@ -372,27 +376,32 @@ class Neo4jGraphStore:
         return dict(out)
 
     def sentence_incidence(self, boundary: Boundary) -> SentenceIncidence:
-        """Read once per boundary and data version (the versions the writes bump), then served
-        from memory: eq. 9 runs on every query and the sentences change only with writes."""
-        versions = self._versions(boundary)
-        key = (self._boundary_key(boundary), versions)
+        def read() -> SentenceIncidence:
+            where, params = _scope(boundary)
+            rows = self._query("reading the boundary's sentences",
+                               f"MATCH (c:Context) WHERE {where} MATCH (c)-[:HAS_SENTENCE]->(s:Sentence) WHERE size(s.entity_ids) > 0 "
+                               "RETURN s.sentence_id AS id, s.context_id AS c, s.entity_ids AS ents", **params)
+            return SentenceIncidence.build((r["id"], r["c"], r["ents"]) for r in rows)
+
+        return self._per_version("sentence_incidence", boundary, read)
+
+    def _per_version(self, what: str, boundary: Boundary, read):
+        """Boundary-wide reads that every query makes are read once per boundary and data
+        version (the versions every write bumps) and then served from memory."""
+        key = (what, self._boundary_key(boundary), self._versions(boundary))
         with self._proj_lock:
-            hit = self._incidence.get(key)
+            hit = self._read_cache.get(key)
             if hit is not None:
-                self._incidence.move_to_end(key)
+                self._read_cache.move_to_end(key)
                 return hit
-        where, params = _scope(boundary)
-        rows = self._query("reading the boundary's sentences",
-                           f"MATCH (c:Context) WHERE {where} MATCH (c)-[:HAS_SENTENCE]->(s:Sentence) WHERE size(s.entity_ids) > 0 "
-                           "RETURN s.sentence_id AS id, s.context_id AS c, s.entity_ids AS ents", **params)
-        incidence = SentenceIncidence.build((r["id"], r["c"], r["ents"]) for r in rows)
+        value = read()
         with self._proj_lock:
-            for stale in [k for k in self._incidence if k[0] == key[0]]:
-                del self._incidence[stale]
-            self._incidence[key] = incidence
-            while len(self._incidence) > self.max_projections:
-                self._incidence.popitem(last=False)
-        return incidence
+            for stale in [k for k in self._read_cache if k[:2] == key[:2]]:
+                del self._read_cache[stale]
+            self._read_cache[key] = value
+            while len(self._read_cache) > 4 * self.max_projections:
+                self._read_cache.popitem(last=False)
+        return value
 
     def context_entities(self, tenant_id: str, context_ids: list[str]) -> dict[str, set[str]]:
         rows = self._query("reading contexts' entities",

@@ -13,6 +13,8 @@ import json
 import threading
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
 
 import numpy as np
 import scipy.sparse as sp
@@ -60,6 +62,7 @@ class _Snapshot:
     context_entities: dict[str, set[str]] = field(default_factory=dict)
     context_mentions: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     transitions: dict[tuple, tuple[sp.csr_matrix, np.ndarray]] = field(default_factory=dict)
+    names_by_label: Mapping[str, str] | None = None  # read-only: shared by every query of the snapshot
 
 
 class SqliteGraphStore(SqliteViewBase):
@@ -219,9 +222,11 @@ class SqliteGraphStore(SqliteViewBase):
                                     float(scores[t])) for t in top])
         return out
 
-    def entity_names(self, boundary: Boundary) -> dict[str, str]:
+    def entity_names(self, boundary: Boundary) -> Mapping[str, str]:
         snap = self._snapshot(boundary)
-        return {snap.entity_names[i]: snap.entity_labels[i] for i in snap.named}
+        if snap.names_by_label is None:  # read on every query (the question's lexicon): built once per snapshot
+            snap.names_by_label = MappingProxyType({snap.entity_names[i]: snap.entity_labels[i] for i in snap.named})
+        return snap.names_by_label
 
     def present(self, boundary: Boundary, entity_ids: list[str]) -> set[str]:
         snap = self._snapshot(boundary)
@@ -258,19 +263,23 @@ class SqliteGraphStore(SqliteViewBase):
             return {}
         r /= r.sum()
         PT, dangling = self._transitions(snap, adjacency_weight, tuple(sorted(exclude_labels)), max_share)
+        base = (1 - damping) * r
         pi = r.copy()
-        for _ in range(max_iterations):
-            nxt = (1 - damping) * r + damping * (PT @ pi + pi[dangling].sum() * r)
-            if np.abs(nxt - pi).sum() < tolerance:
-                pi = nxt
-                break
+        for _ in range(max_iterations):  # pi <- (1-d) r + d (P^T pi + mass of dangling nodes * r), in place
+            nxt = PT @ pi
+            nxt += pi[dangling].sum() * r
+            nxt *= damping
+            nxt += base
+            done = np.abs(nxt - pi).sum() < tolerance
             pi = nxt
+            if done:
+                break
         return {cid: float(pi[i]) for i, cid in enumerate(snap.contexts)}
 
     @staticmethod
     def _transitions(snap: _Snapshot, adjacency_weight: float, exclude_labels: tuple[str, ...],
                      max_share: float = 1.0) -> tuple[sp.csr_matrix, np.ndarray]:
-        """(P^T, dangling rows) of the row-normalised transition matrix, cached on the snapshot."""
+        """(P^T, positions of dangling rows) of the row-normalised transition matrix, cached on the snapshot."""
         key = (adjacency_weight, exclude_labels, max_share)
         cached = snap.transitions.get(key)
         if cached is None:
@@ -290,7 +299,7 @@ class SqliteGraphStore(SqliteViewBase):
             deg = np.asarray(A.sum(axis=1)).ravel()
             inv = np.divide(1.0, deg, out=np.zeros_like(deg), where=deg > 0)
             P = (sp.diags(inv) @ A).tocsr()
-            cached = snap.transitions[key] = (P.T.tocsr(), deg == 0)
+            cached = snap.transitions[key] = (P.T.tocsr(), np.flatnonzero(deg == 0))
         return cached
 
     def canonical_dump(self) -> dict:

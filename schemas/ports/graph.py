@@ -13,7 +13,7 @@ by the engine (scipy embedded, Neo4j GDS at scale).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol
+from typing import Iterable, Mapping, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -127,8 +127,9 @@ class GraphStore(ViewStore, Protocol):
         most similar by cosine. Keyword nodes take part only through exact names."""
         ...
 
-    def entity_names(self, boundary: Boundary) -> dict[str, str]:
-        """Normalised name -> label of the named entities (not keywords) mentioned inside the boundary."""
+    def entity_names(self, boundary: Boundary) -> Mapping[str, str]:
+        """Normalised name -> label of the named entities (not keywords) mentioned inside the
+        boundary. Read-only (stores may share it between queries)."""
         ...
 
     def present(self, boundary: Boundary, entity_ids: list[str]) -> set[str]:

@@ -187,7 +187,6 @@ async def run(path: Path, *, conversations: set[str] | None, strategies: list[st
                 result["llm_tokens"] = reader.counter.snapshot()["tokens"] - before
                 report["strategies"][name] = result
                 progress(f"{name}: {json.dumps(result['recall'])} ({time.perf_counter() - t0:.1f}s)")
-            service.close()
             views.close()
             report["refused_connections"] = len(refused)
             report["reader_requests"] = reader.counter.snapshot()["requests"]

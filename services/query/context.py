@@ -10,7 +10,6 @@ from the vector engine).
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -44,10 +43,8 @@ class Ranking:
 
 
 class QueryContext:
-    def __init__(self, request: SearchRequest, boundary: Boundary, corpus: Corpus, views, encoder, extractor=None, executor=None):
+    def __init__(self, request: SearchRequest, boundary: Boundary, corpus: Corpus, views, encoder, extractor=None):
         self.extractor = extractor
-        self.executor = executor  # runs the question's encoding beside the rest (None: inline)
-        self._encoding: Future | None = None
         self.request = request
         self.boundary = boundary
         self.corpus = corpus
@@ -70,28 +67,12 @@ class QueryContext:
         return s
 
     # -- the question ----------------------------------------------------------------------
-    def begin_encoding(self) -> None:
-        """Start encoding the question on the executor: the encoder releases the GIL, so the
-        NER, the lexical searches and the corpus work proceed meanwhile on the other core."""
-        if self._encoding is None and self.executor is not None and "question_states" not in self.__dict__:
-            self._encoding = self.executor.submit(self._encode_question)
-
-    def _encode_question(self):
-        t0 = time.perf_counter()
-        states = self.encoder.encode_states(self.request.question)
-        return states, (time.perf_counter() - t0) * 1000
-
     @cached_property
     def question_states(self):
-        """The question's vector and token states (one forward pass for the question and its
-        entity spans). Stage "encode" is the encoder's own time, "encode_wait" the part of it
-        the query waited for."""
-        t0 = time.perf_counter()
-        states, ms = self._encoding.result() if self._encoding is not None else self._encode_question()
-        self.timings["encode"] = self.timings.get("encode", 0.0) + ms
-        if self._encoding is not None:
-            self.timings["encode_wait"] = (time.perf_counter() - t0) * 1000
-        return states
+        """The question's vector and token states: one forward pass serves the question vector
+        and its entity spans (pooled later, once the profile has found them)."""
+        with self.timed("encode"):
+            return self.encoder.encode_states(self.request.question)
 
     @property
     def qvec(self) -> np.ndarray:

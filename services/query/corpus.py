@@ -27,13 +27,18 @@ class Level:
     index: dict[str, int]
     membership: sp.csr_matrix  # units x turns, 0/1
     keys: KeyIndex = field(default_factory=lambda: KeyIndex([]))  # unit_key -> position
+    _by_turn: tuple | None = field(default=None, repr=False)
 
     def lift(self, unit_scores: np.ndarray) -> np.ndarray:
         """Per turn: the best score among the units that contain it (-inf if none)."""
-        n = self.membership.shape[1]
-        out = np.full(n, -np.inf)
-        m = self.membership.tocoo()
-        np.maximum.at(out, m.col, unit_scores[m.row])
+        if self._by_turn is None:  # turns x units, and which turns belong to any unit
+            t = self.membership.T.tocsr()
+            covered = np.diff(t.indptr) > 0
+            self._by_turn = (t.indices, t.indptr[:-1][covered], covered)
+        units, starts, covered = self._by_turn
+        out = np.full(self.membership.shape[1], -np.inf)
+        if len(units):
+            out[covered] = np.maximum.reduceat(unit_scores[units], starts)
         return out
 
 

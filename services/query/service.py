@@ -8,7 +8,6 @@ item carries its turns' event ids and log positions.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from schemas.errors import BadRequest, NotFound
@@ -28,9 +27,6 @@ class QueryService:
         self.extractor = extractor
         self.corpora = CorpusCache()
         self.strategies: dict[str, StrategyFn] = strategies or default_strategies()
-        # Encodes questions beside the rest of a query (the encoder releases the GIL); one
-        # thread per query in flight is enough, more would only queue on the two cores.
-        self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memstream-encode")
 
     def start(self) -> None:
         """Load the models (explicitly, not in the constructor), and warm the single-text
@@ -39,9 +35,6 @@ class QueryService:
         self.encoder.encode_states("warm up")
         if self.extractor is not None:
             self.extractor.start()
-
-    def close(self) -> None:
-        self.executor.shutdown(wait=True, cancel_futures=True)
 
     def boundary(self, r: SearchRequest) -> Boundary:
         if r.since and r.until and r.since > r.until:
@@ -65,7 +58,7 @@ class QueryService:
         if not units.known_tenant(request.tenant_id):
             raise NotFound(f"unknown tenant {request.tenant_id!r}: no events have been processed for it")
         corpus = self.corpora.get(units, boundary)
-        ctx = QueryContext(request, boundary, corpus, self.views, self.encoder, self.extractor, self.executor)
+        ctx = QueryContext(request, boundary, corpus, self.views, self.encoder, self.extractor)
         ctx.timings["corpus"] = (time.perf_counter() - t0) * 1000
         ctx.backends["hierarchy"] = units.backend
         if corpus.n == 0:
@@ -111,15 +104,16 @@ def assemble(corpus: Corpus, candidates: list[Candidate], budget: int) -> list[E
         unit = corpus.unit(c.unit_id)
         whole = unit is not None and len(counted) == len(c.turns)
         text = unit.text if whole else "\n".join(f"{t.provenance.speakers[0]}: {t.text}" for t in turns)
-        out.append(
-            Evidence(
+        out.append(  # model_construct: every field comes from already-validated units (saves ~0.3 ms a search)
+            Evidence.model_construct(
                 rank=len(out) + 1, unit_id=c.unit_id, kind=c.kind, role=c.role, text=text,
                 conversation_id=turns[0].provenance.conversation_id, session_id=turns[0].provenance.session_id,
                 occurred_from=min(t.provenance.occurred_from for t in turns), occurred_to=max(t.provenance.occurred_to for t in turns),
                 turns=[
-                    TurnRef(turn_id=t.unit_id, text=t.text, event_id=t.provenance.event_ids[0], source_ref=(t.provenance.source_refs or (None,))[0],
-                            speaker=t.provenance.speakers[0], session_id=t.provenance.session_id, occurred_at=t.provenance.occurred_from,
-                            partition=t.provenance.log_positions[0].partition, offset=t.provenance.log_positions[0].offset)
+                    TurnRef.model_construct(
+                        turn_id=t.unit_id, text=t.text, event_id=t.provenance.event_ids[0], source_ref=(t.provenance.source_refs or (None,))[0],
+                        speaker=t.provenance.speakers[0], session_id=t.provenance.session_id, occurred_at=t.provenance.occurred_from,
+                        partition=t.provenance.log_positions[0].partition, offset=t.provenance.log_positions[0].offset)
                     for t in turns
                 ],
                 scores={k: round(v, 6) for k, v in c.scores.items()},

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from schemas.text import normalize_entity
 from schemas.units import entity_id
@@ -60,9 +61,10 @@ _CAPITALISED = re.compile(r"\b([A-Z][\w'’&.-]*(?:\s+[A-Z][\w'’&.-]*)*)")
 
 
 def lexicon_mentions(question: str, names: dict[str, str], max_words: int = 4) -> list[tuple[str, str, int, int]]:
-    """Entity mentions of a question without a model: the longest word n-grams that are names
-    the boundary already knows, then capitalised phrases (not the question's first word) as
-    names to align by embedding."""
+    """Entity mentions of a question without a model, written to find what an English NER model
+    finds: the longest capitalised word n-grams (not the question's first word alone) that are
+    names the boundary already knows, with their label; then the remaining capitalised phrases
+    as names to align by embedding. Month and weekday names are dates (NER's DATE), not names."""
     words = [(m.start(), m.end()) for m in _WORDS_RE.finditer(question)]
     taken = [False] * len(words)
     found = []
@@ -71,15 +73,21 @@ def lexicon_mentions(question: str, names: dict[str, str], max_words: int = 4) -
             if any(taken[i:i + n]):
                 continue
             s, e = words[i][0], words[i + n - 1][1]
-            name = normalize_entity(question[s:e])
-            if name in names and name not in stop_words():
-                found.append((question[s:e], names[name], s, e))
+            text = question[s:e]
+            if not text[0].isupper() or (i == 0 and n == 1):
+                continue
+            name = normalize_entity(text)
+            if name in names and name not in stop_words() and name not in _CALENDAR:
+                found.append((text, names[name], s, e))
                 taken[i:i + n] = [True] * n
     for m in _CAPITALISED.finditer(question):
-        if m.start() == 0 or any(a < m.end() and m.start() < b for _, _, a, b in found):
+        if m.start() == 0 or any(a < m.end() and m.start() < b for _, _, a, b in found) or m.group(1).lower() in _CALENDAR:
             continue
         found.append((m.group(1), "UNKNOWN", m.start(), m.end()))
     return sorted(found, key=lambda x: x[2])
+
+
+_CALENDAR = frozenset(MONTHS + WEEKDAYS)
 
 
 def route_rules(p: Profile) -> str:
@@ -98,6 +106,10 @@ class _Turns:
 
     stems: list[set[str]]
     info: np.ndarray
+    vocabulary: dict[str, int]  # stem -> column of `has_stem`
+    has_stem: sp.csc_matrix  # turns x stems, 0/1
+    speaker: np.ndarray  # per turn: its speaker's position in corpus.speakers
+    day: np.ndarray  # per turn: the day it occurred (ordinal)
 
 
 def _turn_arrays(corpus) -> _Turns:
@@ -105,7 +117,15 @@ def _turn_arrays(corpus) -> _Turns:
     if cached is None:
         texts = [f"{t.provenance.speakers[0]}: {t.text}" for t in corpus.turns]
         ntok = np.array([max(len(x.split()), 1) for x in texts], dtype=float)
-        cached = _Turns([set(tokens(x)) for x in texts], np.clip(np.log(ntok) / np.log(40), 0, 1))
+        stems = [set(tokens(x)) for x in texts]
+        vocabulary = {w: j for j, w in enumerate(sorted({w for bag in stems for w in bag}))}
+        rows = [i for i, bag in enumerate(stems) for _ in bag]
+        cols = [vocabulary[w] for bag in stems for w in bag]
+        has_stem = sp.csc_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(stems), len(vocabulary)))
+        speakers = {s: k for k, s in enumerate(corpus.speakers)}
+        cached = _Turns(stems, np.clip(np.log(ntok) / np.log(40), 0, 1), vocabulary, has_stem,
+                        np.array([speakers[s] for s in corpus.speaker], dtype=int),
+                        np.array([when.date().toordinal() for when in corpus.occurred], dtype=int))
         corpus._zeromem_turns = cached
     return cached
 
@@ -152,27 +172,7 @@ class ZeroMem:
     def _entity_vectors(self) -> np.ndarray:
         """The question's vector and its entities' vectors from one encoder pass: entity spans
         are pooled from the question's own token states (late chunking)."""
-        p = self.profile
-        with self.ctx.timed("encode"):
-            enc = self.ctx.encoder.encode_with_spans([self.ctx.request.question], [p.entity_spans])[0]
-        self.ctx.__dict__["qvec"] = enc.vector  # the same vector ctx.encoder.encode would give
-        return enc.spans
-
-    def _overlap_encoding(self) -> None:
-        """Start the question's encoding, and meanwhile do the work that does not need it: the
-        profile (NER) and the BM25 searches the hierarchy view will use."""
-        ctx, cfg, c = self.ctx, self.cfg, self.corpus
-        if "question_states" in ctx.__dict__:
-            return
-        ctx.begin_encoding()
-        self.profile
-        if not ctx.lexical_query:
-            return
-        ctx.bm25_raw("turn")
-        if any(w and c.windows[size].units for size, w in zip(sorted(c.windows), cfg.w_windows)):
-            ctx.bm25_raw("window")
-        if cfg.w_episode and c.episodes.units:
-            ctx.bm25_raw("episode")
+        return self.ctx.question_states.pool(self.profile.entity_spans)
 
     # -- signals ---------------------------------------------------------------------------
     @property
@@ -181,12 +181,11 @@ class ZeroMem:
 
     def _lexcov(self) -> np.ndarray:
         """Share of the question's keywords (those the boundary knows) each turn contains."""
-        stems = _turn_arrays(self.corpus).stems
-        kws = set(self.profile.keywords)
-        known = {k for k in kws if any(k in s for s in stems)}
-        if not known:
+        turns = _turn_arrays(self.corpus)
+        cols = sorted({turns.vocabulary[k] for k in self.profile.keywords if k in turns.vocabulary})
+        if not cols:
             return np.zeros(self.n)
-        return np.array([len(known & s) / len(known) for s in stems])
+        return np.asarray(turns.has_stem[:, cols].sum(axis=1)).ravel() / len(cols)
 
     def _type_flags(self) -> dict[str, np.ndarray]:
         """Per turn: can it answer a date / number / place / person question? From the graph
@@ -223,16 +222,15 @@ class ZeroMem:
     def _compat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Subject, answer-type and temporal compatibility per turn (eq. 15)."""
         c, p = self.corpus, self.profile
+        turns = _turn_arrays(c)
         subject = {s.lower() for s in p.subject_speakers}
-        subj = np.array([1.0 if s.lower() in subject else 0.0 for s in c.speaker])
+        subj = np.array([1.0 if s.lower() in subject else 0.0 for s in c.speakers])[turns.speaker] if self.n else np.zeros(0)
         atype = self._type_flags().get(p.answer_type, np.zeros(self.n))
         tcomp = np.zeros(self.n)
         if p.interval is not None:
-            lo, hi = p.interval
-            for i, when in enumerate(c.occurred):
-                d = when.date()
-                gap = 0 if lo <= d <= hi else ((lo - d).days if d < lo else (d - hi).days)
-                tcomp[i] = max(0.0, 1.0 - gap / self.cfg.time_tau_days)
+            lo, hi = (d.toordinal() for d in p.interval)
+            gap = np.where(turns.day < lo, lo - turns.day, np.where(turns.day > hi, turns.day - hi, 0))
+            tcomp = np.maximum(0.0, 1.0 - gap / self.cfg.time_tau_days)
         return subj, atype, tcomp
 
     @property
@@ -407,12 +405,11 @@ class ZeroMem:
             pi = self.ctx.store("graph").personalized_pagerank(
                 self.ctx.boundary, reset, cfg.gamma, adjacency_weight=cfg.adjacency_weight, max_share=cfg.hub_share,
                 max_iterations=cfg.ppr_iterations)
-        s = np.zeros(self.n)
-        for tid, v in pi.items():
-            i = self.corpus.index.get(tid)
-            if i is not None:
-                s[i] = v
-        return s
+        return self._on_corpus(pi)
+
+    def _on_corpus(self, scores: dict[str, float]) -> np.ndarray:
+        """Per-turn array (corpus order) of scores keyed by turn id; 0 for turns not in it."""
+        return np.fromiter((scores.get(t.unit_id, 0.0) for t in self.corpus.turns), dtype=float, count=self.n)
 
     @property
     def graph(self) -> np.ndarray:
@@ -448,12 +445,11 @@ class ZeroMem:
                 pi = self.ctx.store("graph").personalized_pagerank(
                     self.ctx.boundary, reset, cfg.closure_gamma, adjacency_weight=cfg.adjacency_weight,
                     exclude_labels=("SPEAKER",), max_iterations=20)
-                scored = sorted(((v, corpus.index[t]) for t, v in pi.items() if t in corpus.index and corpus.index[t] not in seeds and v > 0),
-                                key=lambda x: (-x[0], x[1]))[: cfg.closure_graph]
-                if scored:
-                    top = scored[0][0]
-                    for v, i in scored:
-                        bonus[i] = bonus.get(i, 0.0) + cfg.closure_bonus * v / top
+                v = self._on_corpus(pi)
+                v[seeds] = 0.0
+                scored = [int(i) for i in _order(v)[: cfg.closure_graph] if v[i] > 0]  # ties: conversation order
+                for i in scored:
+                    bonus[i] = bonus.get(i, 0.0) + cfg.closure_bonus * v[i] / v[scored[0]]
         for i in seeds if cfg.closure_neighbours else []:
             for j in corpus.neighbours(i, cfg.closure_neighbours):
                 if j != i:
@@ -464,7 +460,6 @@ class ZeroMem:
         """(fused score, closure bonuses, calibrated score) per turn."""
         if mode not in MODES:
             raise ValueError(f"unknown Zero-Mem mode {mode!r}")
-        self._overlap_encoding()
         self.entity_vectors  # one encoder pass gives the question vector and its entity vectors
         fused = self.fused(mode)
         bonus = {} if mode == "no-closure" else self.closure(_order(fused).tolist())
