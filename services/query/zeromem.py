@@ -379,7 +379,8 @@ class ZeroMem:
                 break
             a = a + gained * (cfg.propagation_weight * max(float(a.max(initial=0.0)), strongest_outside, 1e-9) / top)
         act = dict(eta)
-        act.update({inc.entity_ids[j]: float(a[j]) for j in np.flatnonzero(a > 0)})
+        nz = np.flatnonzero(a > 0)
+        act.update(zip([inc.entity_ids[j] for j in nz.tolist()], a[nz].tolist()))
         return act
 
     @property
