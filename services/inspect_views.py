@@ -42,7 +42,7 @@ def describe(pipeline: Pipeline, boundary: Boundary, out: Callable[[str], None] 
         labels = dict(zip(snap.entities, snap.entity_labels))
         top = ", ".join(f"{names[e]} ({labels[e]}, {n})" for e, n in degree.most_common(8))
         out(f"graph view ({graph.backend}): {len(snap.contexts)} contexts, {len(snap.entities)} entities, "
-            f"{snap.mention_matrix.nnz} entity–context edges, {snap.adjacency.nnz // 2} adjacency edges, {len(snap.sentences)} sentences with entities")
+            f"{snap.mention_matrix.nnz} entity–context edges, {snap.adjacency.nnz // 2} adjacency edges, {len(snap.sentences.sentence_ids)} sentences with entities")
         out(f"  most connected entities: {top}")
         if snap.entities:
             seed = max(degree, key=lambda e: (labels[e] != "SPEAKER", degree[e]))
