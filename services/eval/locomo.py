@@ -102,6 +102,7 @@ def evaluate_strategy(service, qs: list[Question], strategy: str, budgets: list[
     from services.query.profile import answer_type
 
     rows, latencies = [], []
+    stages: dict[str, list[float]] = {}
     typed: dict[str, list[bool]] = {}
     budget = max(budgets)
     for q in qs:
@@ -109,6 +110,8 @@ def evaluate_strategy(service, qs: list[Question], strategy: str, budgets: list[
         t0 = time.perf_counter()
         resp = service.search(req)
         latencies.append((time.perf_counter() - t0) * 1000)
+        for stage, ms in resp.timings_ms.items():
+            stages.setdefault(stage, []).append(ms)
         units = [[f"D{r[0]}:{r[1]}" for r in (parse_ref(t.source_ref) for t in e.turns) if r] for e in resp.evidence]
         gold = {f"D{s}:{t}" for s, t in q.gold}
         rows.append((q, {b: recall_at(units, gold, b) for b in budgets}))
@@ -119,6 +122,9 @@ def evaluate_strategy(service, qs: list[Question], strategy: str, budgets: list[
     everything = [x for v in typed.values() for x in v]
     return {"recall": summarize(rows, budgets),
             "latency_ms": {"p50": round(percentile(latencies, 50), 2), "p95": round(percentile(latencies, 95), 2)},
+            # where the time goes: p50 of each stage the service timed (stages nest: the views
+            # include the lexical and dense engine calls they make)
+            "stage_ms_p50": {k: round(percentile(v, 50), 2) for k, v in sorted(stages.items()) if k != "total"},
             "answer_in_candidates": {"questions": len(everything), "all": round(statistics.fmean(everything), 4) if everything else None,
                                      **{c: round(statistics.fmean(v), 4) for c, v in sorted(typed.items())}}}
 

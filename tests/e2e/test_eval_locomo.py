@@ -37,6 +37,8 @@ def test_eval_report_shape_and_ordering_on_one_conversation(locomo, tmp_path):
             assert set(row) == CATEGORIES and all(v is None or 0.0 <= v <= 1.0 for v in row.values())
         assert s["recall"]["budget_10"]["all"] <= s["recall"]["budget_25"]["all"]
         assert 0 < s["latency_ms"]["p50"] <= s["latency_ms"]["p95"]
+        assert s["stage_ms_p50"]["evidence"] > 0
+    assert {"encode", "graph_view", "hierarchy_view", "closure"} <= set(report["strategies"]["zero-mem"]["stage_ms_p50"])
     zero, bm25, dense = (report["strategies"][n]["recall"] for n in ("zero-mem", "bm25", "dense"))
     for b in ("budget_10", "budget_25"):  # the method's whole point; margins are ~0.2 on the dev split
         assert zero[b]["all"] > max(bm25[b]["all"], dense[b]["all"])
