@@ -91,12 +91,12 @@ class OpenSearchLexicalIndex(OpenSearchViewBase):
 
     # -- reads ---------------------------------------------------------------------------
     @staticmethod
-    def _query(kind: UnitKind, query: str, boundary: Boundary) -> dict | None:
+    def _query(kind: UnitKind | None, query: str, boundary: Boundary) -> dict | None:
         # Same pre-tokenisation as the tantivy twin (apostrophes dropped); the engine analyses the rest.
         text = " ".join(t for t in (w.replace("'", "").replace("’", "") for w in words(query)) if t)
         if not text:
             return None
-        return {"bool": {"must": [{"match": {"body": {"query": text}}}], "filter": [term("kind", kind), *boundary_filters(boundary)]}}
+        return {"bool": {"must": [{"match": {"body": {"query": text}}}], "filter": [*([term("kind", kind)] if kind is not None else []), *boundary_filters(boundary)]}}
 
     def _ranked(self, q: dict, limit: int, what: str) -> list[dict]:
         """The top `limit` hits, best first, ties by unit id (the twin's order); pages past
@@ -121,7 +121,7 @@ class OpenSearchLexicalIndex(OpenSearchViewBase):
             return []
         return [Hit(h["_id"], float(h["_score"])) for h in self._ranked(q, k, "searching the lexical index")]
 
-    def score_units(self, kind: UnitKind, query: str, boundary: Boundary, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    def score_units(self, kind: UnitKind | None, query: str, boundary: Boundary, limit: int) -> tuple[np.ndarray, np.ndarray]:
         q = self._query(kind, query, boundary)
         if q is None or limit <= 0:
             return np.zeros(0, np.int64), np.zeros(0)

@@ -147,13 +147,13 @@ class TantivyLexicalIndex:
                 self._searcher_version = version
             return self._searcher
 
-    def _query(self, kind: UnitKind, query: str, boundary: Boundary) -> tantivy.Query | None:
+    def _query(self, kind: UnitKind | None, query: str, boundary: Boundary) -> tantivy.Query | None:
         terms = [w.replace("'", "").replace("’", "") for w in words(query)]
         terms = [t for t in terms if t]
         if not terms:
             return None
         text_q = self.index.parse_query_lenient(" ".join(terms), ["body"])[0]
-        filters = [self._term("tenant_id", boundary.tenant_id), self._term("kind", kind)]
+        filters = [self._term("tenant_id", boundary.tenant_id)] + ([self._term("kind", kind)] if kind is not None else [])
         if boundary.conversation_ids is not None:
             filters.append(tantivy.Query.term_set_query(self.schema, "conversation_id", list(boundary.conversation_ids)))
         if boundary.session_ids is not None:
@@ -168,7 +168,7 @@ class TantivyLexicalIndex:
             [(tantivy.Occur.Must, text_q)] + [(tantivy.Occur.Must, tantivy.Query.const_score_query(f, 0.0)) for f in filters]
         )
 
-    def score_units(self, kind: UnitKind, query: str, boundary: Boundary, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    def score_units(self, kind: UnitKind | None, query: str, boundary: Boundary, limit: int) -> tuple[np.ndarray, np.ndarray]:
         q = self._query(kind, query, boundary)
         if q is None or limit <= 0:
             return np.zeros(0, np.int64), np.zeros(0)

@@ -45,7 +45,9 @@ class LexicalIndex(ViewStore, Protocol):
 
     def search(self, kind: UnitKind, query: str, boundary: Boundary, k: int) -> list[Hit]: ...
 
-    def score_units(self, kind: UnitKind, query: str, boundary: Boundary, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    def score_units(self, kind: UnitKind | None, query: str, boundary: Boundary, limit: int) -> tuple[np.ndarray, np.ndarray]:
         """The same ranking as `search`, as arrays: unit keys (schemas.units.unit_key, int64)
-        and BM25 scores. The query side ranks whole boundaries with it."""
+        and BM25 scores. The query side ranks whole boundaries with it. `kind=None` scores
+        every unit kind in one search (term statistics are index-wide, so each unit's score
+        is the one its own kind's search gives)."""
         ...

@@ -97,17 +97,20 @@ class QueryContext:
         if key not in self._cache:
             positions = self._keys(kind, level)
             if len(positions) and self.lexical_query:
-                self._cache[key] = positions.scatter(*self.bm25_raw(kind), fill=0.0)
+                self._cache[key] = positions.scatter(*self.bm25_all(), fill=0.0)
             else:
                 self._cache[key] = np.zeros(len(positions))
         return self._cache[key]
 
-    def bm25_raw(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
-        """The engine's (keys, scores) for one unit kind: one call per kind, window levels share it."""
-        raw = ("bm25-raw", kind)
+    def bm25_all(self) -> tuple[np.ndarray, np.ndarray]:
+        """The engine's (keys, scores) for the question: one search over every unit kind
+        (levels pick their own keys; a search per kind cost ~2x more, three query set-ups)."""
+        raw = ("bm25-raw",)
         if raw not in self._cache:
+            c = self.corpus
+            limit = max(c.n + len(c.episodes.units) + sum(len(lv.units) for lv in c.windows.values()), 1)
             with self.timed("lexical"):
-                self._cache[raw] = self.store("lexical").score_units(kind, self.lexical_query, self.boundary, self._count(kind))
+                self._cache[raw] = self.store("lexical").score_units(None, self.lexical_query, self.boundary, limit)
         return self._cache[raw]
 
     def dense(self, kind: str, level: int | None = None, vector: np.ndarray | None = None) -> np.ndarray:
@@ -135,14 +138,6 @@ class QueryContext:
             with self.timed("dense"):
                 self._cache[key] = self.store("dense").score_units("sentence", self.qvec, self.boundary)
         return sentence_keys.scatter(*self._cache[key], fill=0.0)
-
-    def _count(self, kind: str) -> int:
-        c = self.corpus
-        if kind == "turn":
-            return max(c.n, 1)
-        if kind == "episode":
-            return max(len(c.episodes.units), 1)
-        return max(sum(len(lv.units) for lv in c.windows.values()), 1)
 
     @cached_property
     def _cache(self) -> dict:

@@ -78,6 +78,23 @@ def test_kinds_and_boundaries_filter(index):
     assert ids(Boundary("t2")) == {"t-x"}
 
 
+def test_scoring_every_kind_at_once_equals_each_kind_alone(index):
+    index.apply(LexicalChangeSet(upsert_docs=[
+        doc("t-a", "pottery class"), doc("t-b", "hiking trip"), doc("t-c", "pottery pottery wheel", conv="c2"),
+        doc("w-a", "pottery class and a hiking trip", kind="window"), doc("e-a", "pottery and more pottery", kind="episode"),
+        doc("t-x", "pottery", tenant="t2"),
+    ]), {0: 6})
+    b = Boundary("t1", ("c1",))
+    keys, scores = index.score_units(None, "pottery hiking", b, 100)
+    together = dict(zip(keys.tolist(), scores.tolist()))
+    alone = {}
+    for kind in ("turn", "window", "episode"):
+        k, v = index.score_units(kind, "pottery hiking", b, 100)
+        alone.update(zip(k.tolist(), v.tolist()))
+    assert len(alone) == 4 and set(together) == set(alone)  # t-a, t-b, w-a, e-a; not c2, not t2
+    assert all(abs(together[k] - alone[k]) < 1e-5 for k in alone)
+
+
 def test_upsert_replaces_delete_removes_forget_clears_scope(index):
     index.apply(LexicalChangeSet(upsert_docs=[doc("u1", "red balloon"), doc("u2", "blue balloon", conv="c2")]), {0: 2})
     index.apply(LexicalChangeSet(upsert_docs=[doc("u1", "green kite")]), {0: 3})
