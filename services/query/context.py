@@ -84,6 +84,13 @@ class QueryContext:
         return " ".join(keyword_words(self.request.question))
 
     # -- raw signals, aligned to corpus order ----------------------------------------------
+    def _units_of(self, kind: str) -> list:
+        """Every unit of a kind in the corpus (window levels together)."""
+        c = self.corpus
+        if kind == "window":
+            return [k for lv in c.windows.values() for k in lv.units]
+        return c.turns if kind == "turn" else c.episodes.units
+
     def _keys(self, kind: str, level: int | None) -> KeyIndex:
         c = self.corpus
         if kind == "turn":
@@ -97,21 +104,29 @@ class QueryContext:
         if key not in self._cache:
             positions = self._keys(kind, level)
             if len(positions) and self.lexical_query:
-                self._cache[key] = positions.scatter(*self.bm25_all(), fill=0.0)
+                self._cache[key] = positions.scatter(*self._bm25_raw(kind), fill=0.0)
             else:
                 self._cache[key] = np.zeros(len(positions))
         return self._cache[key]
 
-    def bm25_all(self) -> tuple[np.ndarray, np.ndarray]:
-        """The engine's (keys, scores) for the question: one search over every unit kind
-        (levels pick their own keys; a search per kind cost ~2x more, three query set-ups)."""
-        raw = ("bm25-raw",)
-        if raw not in self._cache:
+    def bm25_all(self) -> None:
+        """Score every unit kind in one BM25 search, for a strategy that will read several kinds
+        (three searches, one per kind, cost ~2x more: three query set-ups)."""
+        if ("bm25-raw", None) not in self._cache:
             c = self.corpus
             limit = max(c.n + len(c.episodes.units) + sum(len(lv.units) for lv in c.windows.values()), 1)
             with self.timed("lexical"):
-                self._cache[raw] = self.store("lexical").score_units(None, self.lexical_query, self.boundary, limit)
-        return self._cache[raw]
+                self._cache[("bm25-raw", None)] = self.store("lexical").score_units(None, self.lexical_query, self.boundary, limit)
+
+    def _bm25_raw(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
+        """The engine's (keys, scores) covering `kind`: the all-kinds search if one was made,
+        else a search of that kind alone."""
+        hit = self._cache.get(("bm25-raw", None)) or self._cache.get(("bm25-raw", kind))
+        if hit is None:
+            with self.timed("lexical"):
+                hit = self._cache[("bm25-raw", kind)] = self.store("lexical").score_units(kind, self.lexical_query, self.boundary,
+                                                                                          max(len(self._units_of(kind)), 1))
+        return hit
 
     def dense(self, kind: str, level: int | None = None, vector: np.ndarray | None = None) -> np.ndarray:
         """Cosine of every unit of the level to the question (or to `vector`)."""

@@ -307,6 +307,7 @@ class ZeroMem:
     def _hierarchy(self) -> np.ndarray:
         cfg, c, a = self.cfg, self.corpus, self.cfg.a_lex
         with self.ctx.timed("hierarchy_view"):
+            self.ctx.bm25_all()  # turns, windows and episodes from one search
             rel_turn = a * mm(self.ctx.bm25("turn")) + (1 - a) * self._dense("turn")
             if cfg.lexical_prf_weight and self.profile.answer_type in cfg.lexical_prf_types:
                 expansion = self._memo("expansion", ("lexical_prf_docs", "lexical_prf_terms"), self._expansion)
