@@ -13,6 +13,7 @@ import json
 import threading
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
+from itertools import repeat
 from types import MappingProxyType
 from typing import Mapping
 
@@ -256,7 +257,7 @@ class SqliteGraphStore(SqliteViewBase):
         n = len(snap.index)
         r = np.zeros(n)
         if reset:  # hundreds of activated entities per query: index them in one pass
-            idx = np.fromiter((snap.index.get(node, -1) for node in reset), dtype=np.int64, count=len(reset))
+            idx = np.fromiter(map(snap.index.get, reset, repeat(-1)), dtype=np.int64, count=len(reset))
             mass = np.fromiter(reset.values(), dtype=float, count=len(reset))
             keep = (idx >= 0) & (mass > 0)
             np.add.at(r, idx[keep], mass[keep])

@@ -19,6 +19,7 @@ Decisions the paper leaves open are ours, each measured on the LoCoMo dev split 
 from __future__ import annotations
 
 import re
+from itertools import repeat
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,6 +105,7 @@ def route_rules(p: Profile) -> str:
 class _Turns:
     """Per-turn arrays the query side derives from a corpus (cached on the corpus)."""
 
+    ids: list[str]  # turn ids in corpus order
     stems: list[set[str]]
     info: np.ndarray
     vocabulary: dict[str, int]  # stem -> column of `has_stem`
@@ -123,7 +125,7 @@ def _turn_arrays(corpus) -> _Turns:
         cols = [vocabulary[w] for bag in stems for w in bag]
         has_stem = sp.csc_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(stems), len(vocabulary)))
         speakers = {s: k for k, s in enumerate(corpus.speakers)}
-        cached = _Turns(stems, np.clip(np.log(ntok) / np.log(40), 0, 1), vocabulary, has_stem,
+        cached = _Turns([t.unit_id for t in corpus.turns], stems, np.clip(np.log(ntok) / np.log(40), 0, 1), vocabulary, has_stem,
                         np.array([speakers[s] for s in corpus.speaker], dtype=int),
                         np.array([when.date().toordinal() for when in corpus.occurred], dtype=int))
         corpus._zeromem_turns = cached
@@ -411,7 +413,7 @@ class ZeroMem:
 
     def _on_corpus(self, scores: dict[str, float]) -> np.ndarray:
         """Per-turn array (corpus order) of scores keyed by turn id; 0 for turns not in it."""
-        return np.fromiter((scores.get(t.unit_id, 0.0) for t in self.corpus.turns), dtype=float, count=self.n)
+        return np.fromiter(map(scores.get, _turn_arrays(self.corpus).ids, repeat(0.0)), dtype=float, count=self.n)
 
     @property
     def graph(self) -> np.ndarray:
