@@ -19,8 +19,8 @@ Decisions the paper leaves open are ours, each measured on the LoCoMo dev split 
 from __future__ import annotations
 
 import re
-from itertools import repeat
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 import scipy.sparse as sp
