@@ -63,7 +63,7 @@ class _Snapshot:
     context_entities: dict[str, set[str]] = field(default_factory=dict)
     context_mentions: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     transitions: dict[tuple, tuple[sp.csr_matrix, np.ndarray]] = field(default_factory=dict)
-    names_by_label: Mapping[str, str] | None = None  # read-only: shared by every query of the snapshot
+    name_labels: Mapping[str, str] | None = None  # read-only: shared by every query of the snapshot
 
 
 class SqliteGraphStore(SqliteViewBase):
@@ -225,9 +225,9 @@ class SqliteGraphStore(SqliteViewBase):
 
     def entity_names(self, boundary: Boundary) -> Mapping[str, str]:
         snap = self._snapshot(boundary)
-        if snap.names_by_label is None:  # read on every query (the question's lexicon): built once per snapshot
-            snap.names_by_label = MappingProxyType({snap.entity_names[i]: snap.entity_labels[i] for i in snap.named})
-        return snap.names_by_label
+        if snap.name_labels is None:  # read on every query (the question's lexicon): built once per snapshot
+            snap.name_labels = MappingProxyType({snap.entity_names[i]: snap.entity_labels[i] for i in snap.named})
+        return snap.name_labels
 
     def present(self, boundary: Boundary, entity_ids: list[str]) -> set[str]:
         snap = self._snapshot(boundary)

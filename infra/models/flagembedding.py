@@ -112,7 +112,7 @@ class FlagEmbeddingEncoder:
             return_offsets_mapping=with_offsets,
         )
         offsets = enc.pop("offset_mapping", None)
-        ids, mask = enc["input_ids"].astype(np.int64), enc["attention_mask"].astype(np.int64)
+        ids, mask = np.asarray(enc["input_ids"], dtype=np.int64), np.asarray(enc["attention_mask"], dtype=np.int64)
         if self._session is not None:
             hidden = self._session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
         else:

@@ -115,6 +115,8 @@ def evaluate_strategies(service, qs: list[Question], strategies: list[str], budg
     acc = {name: {"rows": [], "latencies": [], "stages": {}, "typed": {}, "tokens": 0} for name in strategies}
     budget = max(budgets)
     for n, q in enumerate(qs):
+        gold = {f"D{s}:{t}" for s, t in q.gold}
+        kind = answer_type(q.question)
         for j in range(len(strategies)):
             name = strategies[(n + j) % len(strategies)]
             a = acc[name]
@@ -127,9 +129,7 @@ def evaluate_strategies(service, qs: list[Question], strategies: list[str], budg
             for stage, ms in resp.timings_ms.items():
                 a["stages"].setdefault(stage, []).append(ms)
             units = [[f"D{r[0]}:{r[1]}" for r in (parse_ref(t.source_ref) for t in e.turns) if r] for e in resp.evidence]
-            gold = {f"D{s}:{t}" for s, t in q.gold}
             a["rows"].append((q, {b: recall_at(units, gold, b) for b in budgets}))
-            kind = answer_type(q.question)
             if kind in ("date", "duration", "number", "person", "place"):
                 cands = extract_candidates([(t.turn_id, t.text, t.occurred_at) for t in evidence_turns(resp.evidence)], kind)
                 a["typed"].setdefault(CATEGORIES[q.category], []).append(gold_in_candidates(q.answer, cands))

@@ -17,10 +17,10 @@ from typing import Iterator
 
 import numpy as np
 
+from schemas.keyindex import KeyIndex
 from schemas.ports.views import Boundary
 from schemas.query import SearchRequest
 from services.query.analysis import keyword_words
-from schemas.keyindex import KeyIndex
 from services.query.corpus import Corpus, Level
 
 
@@ -84,12 +84,12 @@ class QueryContext:
         return " ".join(keyword_words(self.request.question))
 
     # -- raw signals, aligned to corpus order ----------------------------------------------
-    def _units_of(self, kind: str) -> list:
-        """Every unit of a kind in the corpus (window levels together)."""
+    def _count(self, kind: str) -> int:
+        """Units of a kind in the corpus (window levels together): an engine's result limit."""
         c = self.corpus
         if kind == "window":
-            return [k for lv in c.windows.values() for k in lv.units]
-        return c.turns if kind == "turn" else c.episodes.units
+            return sum(len(lv.units) for lv in c.windows.values())
+        return c.n if kind == "turn" else len(c.episodes.units)
 
     def _keys(self, kind: str, level: int | None) -> KeyIndex:
         c = self.corpus
@@ -113,8 +113,7 @@ class QueryContext:
         """Score every unit kind in one BM25 search, for a strategy that will read several kinds
         (three searches, one per kind, cost ~2x more: three query set-ups)."""
         if ("bm25-raw", None) not in self._cache:
-            c = self.corpus
-            limit = max(c.n + len(c.episodes.units) + sum(len(lv.units) for lv in c.windows.values()), 1)
+            limit = max(sum(self._count(kind) for kind in ("turn", "window", "episode")), 1)
             with self.timed("lexical"):
                 self._cache[("bm25-raw", None)] = self.store("lexical").score_units(None, self.lexical_query, self.boundary, limit)
 
@@ -125,7 +124,7 @@ class QueryContext:
         if hit is None:
             with self.timed("lexical"):
                 hit = self._cache[("bm25-raw", kind)] = self.store("lexical").score_units(kind, self.lexical_query, self.boundary,
-                                                                                          max(len(self._units_of(kind)), 1))
+                                                                                          max(self._count(kind), 1))
         return hit
 
     def dense(self, kind: str, level: int | None = None, vector: np.ndarray | None = None) -> np.ndarray:

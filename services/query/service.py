@@ -104,7 +104,7 @@ def assemble(corpus: Corpus, candidates: list[Candidate], budget: int) -> list[E
         unit = corpus.unit(c.unit_id)
         whole = unit is not None and len(counted) == len(c.turns)
         text = unit.text if whole else "\n".join(f"{t.provenance.speakers[0]}: {t.text}" for t in turns)
-        out.append(  # model_construct: every field comes from already-validated units (saves ~0.3 ms a search)
+        out.append(  # model_construct: every field comes from already-validated units (~2 us less per object)
             Evidence.model_construct(
                 rank=len(out) + 1, unit_id=c.unit_id, kind=c.kind, role=c.role, text=text,
                 conversation_id=turns[0].provenance.conversation_id, session_id=turns[0].provenance.session_id,
