@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +59,10 @@ class FlagEmbeddingEncoder:
         self._model = None
         self._tokenizer = None
         self._session = None  # ONNX Runtime session when runtime == "onnx" and the export checked out
+        self._single = None  # the same export on one thread, for single texts
         self._cls_pooling = False
+        self._worker: ThreadPoolExecutor | None = None  # runs single-text forward passes (submit_states)
+        self._worker_lock = threading.Lock()
 
     @property
     def active_runtime(self) -> str:
@@ -97,14 +102,20 @@ class FlagEmbeddingEncoder:
         self._model.eval()
         self.dim = int(self._model.config.hidden_size)
         if self.runtime == "onnx":
-            from infra.models.onnx_runtime import load_session
+            from infra.models.onnx_runtime import load_session, open_session
 
-            self._session = load_session(self._model, self._tokenizer, self.model_name, path, self.cache_dir, self.threads)
+            loaded = load_session(self._model, self._tokenizer, self.model_name, path, self.cache_dir, self.threads)
+            if loaded is not None:
+                self._session = loaded[0]
+                # Single texts (questions) get their own one-thread session: ~12 tokens leave a
+                # second intra-op thread little to do, and the query path runs beside it on the
+                # other core (submit_states). Same export, so the same vectors.
+                self._single = open_session(loaded[1], 1)
         self.load_seconds = time.perf_counter() - t0
         log.info("encoder loaded model=%s dim=%d runtime=%s seconds=%.2f", self.model_name, self.dim, self.active_runtime, self.load_seconds)
 
-    def _forward(self, texts: list[str], with_offsets: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """(hidden states [b, t, d] float32, attention mask [b, t], character offsets [b, t, 2] or None)."""
+    def _tokenize(self, texts: list[str], with_offsets: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(input ids [b, t], attention mask [b, t], character offsets [b, t, 2] or None)."""
         if self._model is None:
             self.start()
         enc = self._tokenizer(
@@ -112,16 +123,23 @@ class FlagEmbeddingEncoder:
             return_offsets_mapping=with_offsets,
         )
         offsets = enc.pop("offset_mapping", None)
-        ids, mask = np.asarray(enc["input_ids"], dtype=np.int64), np.asarray(enc["attention_mask"], dtype=np.int64)
-        if self._session is not None:
-            hidden = self._session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
-        else:
-            import torch
+        return np.asarray(enc["input_ids"], dtype=np.int64), np.asarray(enc["attention_mask"], dtype=np.int64), offsets
 
-            with torch.inference_mode():
-                hidden = self._model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
-                                     return_dict=True).last_hidden_state.float().numpy()
-        return hidden, mask, offsets
+    def _run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Hidden states [b, t, d] float32. Both runtimes release the GIL while they compute."""
+        if self._session is not None:
+            session = self._single if len(ids) == 1 and self._single is not None else self._session
+            return session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        import torch
+
+        with torch.inference_mode():
+            return self._model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                               return_dict=True).last_hidden_state.float().numpy()
+
+    def _forward(self, texts: list[str], with_offsets: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(hidden states [b, t, d] float32, attention mask [b, t], character offsets [b, t, 2] or None)."""
+        ids, mask, offsets = self._tokenize(texts, with_offsets)
+        return self._run(ids, mask), mask, offsets
 
     def _batches(self, texts: list[str]):
         # Length-sorted batches keep padding (wasted compute) small.
@@ -161,6 +179,31 @@ class FlagEmbeddingEncoder:
     def encode_states(self, text: str) -> "_States":
         h, mask, off = self._forward([text], with_offsets=True)
         return _States.of(h[0], mask[0], off[0], self._pool(h, mask)[0])
+
+    def submit_states(self, text: str) -> "_PendingStates":
+        """`encode_states` with the forward pass on the encoder's worker thread: tokenised here,
+        then the caller goes on with work that does not need the vector (the runtime computes
+        without the GIL) and collects the states with `result()`."""
+        ids, mask, offsets = self._tokenize([text], with_offsets=True)
+        if self._worker is None:
+            with self._worker_lock:
+                if self._worker is None:
+                    self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
+        return _PendingStates(self._worker.submit(self._run, ids, mask), mask, offsets, self._pool)
+
+
+class _PendingStates:
+    """A forward pass in flight; `result()` pools it on the caller's thread."""
+
+    def __init__(self, hidden: Future, mask: np.ndarray, offsets: np.ndarray, pool):
+        self._hidden, self._mask, self._offsets, self._pool = hidden, mask, offsets, pool
+        self._states: _States | None = None
+
+    def result(self) -> "_States":
+        if self._states is None:
+            h = self._hidden.result()
+            self._states = _States.of(h[0], self._mask[0], self._offsets[0], self._pool(h, self._mask)[0])
+        return self._states
 
 
 class _States:

@@ -70,7 +70,7 @@ def _export(model, tokenizer, path: Path) -> None:
             os.unlink(tmp)
 
 
-def _session(path: Path, threads: int | None):
+def open_session(path: Path, threads: int | None):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -94,9 +94,10 @@ def _check(session, model, tokenizer) -> float:
     return float(np.abs(got - ref).max())
 
 
-def load_session(model, tokenizer, model_name: str, model_dir: str | None, cache_dir: Path | None, threads: int | None):
-    """An ONNX Runtime session equal to `model` on sample texts, or None (then use PyTorch).
-    A cached export that does not load or does not match is exported again, once."""
+def load_session(model, tokenizer, model_name: str, model_dir: str | None, cache_dir: Path | None,
+                 threads: int | None) -> tuple[object, Path] | None:
+    """(An ONNX Runtime session equal to `model` on sample texts, the export it runs), or None
+    (then use PyTorch). A cached export that does not load or does not match is exported again, once."""
     try:
         path = (cache_dir or default_cache_dir()) / f"{model_name.replace('/', '_')}-{cache_key(model_name, model_dir)}.onnx"
         for attempt in (1, 2):
@@ -104,7 +105,7 @@ def load_session(model, tokenizer, model_name: str, model_dir: str | None, cache
                 log.info("encoder: exporting %s to ONNX at %s (once per model/torch/onnxruntime version)", model_name, path)
                 _export(model, tokenizer, path)
             try:
-                session = _session(path, threads)
+                session = open_session(path, threads)
                 diff = _check(session, model, tokenizer)
             except Exception as exc:  # noqa: BLE001 - e.g. a truncated or foreign file in the cache
                 if attempt == 2:
@@ -113,7 +114,7 @@ def load_session(model, tokenizer, model_name: str, model_dir: str | None, cache
                 path.unlink(missing_ok=True)
                 continue
             if diff <= TOLERANCE:
-                return session
+                return session, path
             path.unlink(missing_ok=True)
             if attempt == 2:
                 log.warning("encoder: ONNX export of %s differs from PyTorch by %.2g (> %.0e); using PyTorch", model_name, diff, TOLERANCE)

@@ -7,9 +7,11 @@ open a network connection.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
+
+T_co = TypeVar("T_co", covariant=True)
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,18 @@ class Encoder(Protocol):
         ...
 
     def encode_states(self, text: str) -> TokenStates:
-        """Encode one text and keep its token states (thread-safe: the query path runs it
-        beside the NER and the lexical search)."""
+        """Encode one text and keep its token states (thread-safe)."""
+        ...
+
+    def submit_states(self, text: str) -> "Pending[TokenStates]":
+        """`encode_states` started off the caller's thread, returning at once: the query path
+        computes what needs no vector (profile, BM25) while the model runs on the other core."""
+        ...
+
+
+class Pending(Protocol[T_co]):
+    def result(self) -> T_co:
+        """Wait for the value (re-raises the computation's error)."""
         ...
 
 

@@ -64,6 +64,7 @@ def rrf_scores(*rankings: list[int], k: int = RRF_K) -> np.ndarray:
 
 
 def hybrid_rrf(ctx: QueryContext) -> Ranking:
+    ctx.prefetch_question()  # BM25 runs while the question is encoded
     b, d = ctx.bm25("turn"), ctx.dense("turn")
     s = rrf_scores(order(b), order(d))
     return Ranking(turn_ranking(ctx, order(s), {"rrf": s, "bm25": b, "dense": d}))

@@ -52,6 +52,7 @@ class QueryContext:
         self.encoder = encoder
         self.timings: dict[str, float] = {}
         self.backends: dict[str, str] = {}
+        self._pending = None  # the question's forward pass in flight (prefetch_question)
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
@@ -67,12 +68,24 @@ class QueryContext:
         return s
 
     # -- the question ----------------------------------------------------------------------
+    def prefetch_question(self) -> None:
+        """Start encoding the question on the encoder's thread; `question_states` collects it.
+        The forward pass is the largest single cost of a query and needs one core: a strategy
+        calls this first and computes its vector-free signals (profile, BM25, keyword coverage)
+        on the other core meanwhile."""
+        if self._pending is None and "question_states" not in self.__dict__:
+            with self.timed("encode"):  # tokenising, on this thread
+                self._pending = self.encoder.submit_states(self.request.question)
+
     @cached_property
     def question_states(self):
         """The question's vector and token states: one forward pass serves the question vector
-        and its entity spans (pooled later, once the profile has found them)."""
+        and its entity spans (pooled later, once the profile has found them). `encode` times
+        this thread: tokenising and waiting for the pass, or the whole pass if not prefetched."""
         with self.timed("encode"):
-            return self.encoder.encode_states(self.request.question)
+            if self._pending is None:
+                return self.encoder.encode_states(self.request.question)
+            return self._pending.result()
 
     @property
     def qvec(self) -> np.ndarray:

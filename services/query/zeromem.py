@@ -460,11 +460,23 @@ class ZeroMem:
                     bonus[j] = bonus.get(j, 0.0) + cfg.neighbour_bonus
         return bonus
 
+    def _vector_free_signals(self) -> None:
+        """What needs no question vector, computed while the encoder runs on the other core
+        (prefetch_question): profile, BM25 of every level, keyword coverage, compatibility."""
+        self.profile
+        self.ctx.bm25_all()
+        self.ctx.bm25("turn"), self.ctx.bm25("episode")
+        for size in self.corpus.windows:
+            self.ctx.bm25("window", size)
+        self.lexcov, self.compat, self.label_flags()
+
     def scores(self, mode: str = "zero-mem") -> tuple[np.ndarray, dict[int, float], np.ndarray]:
         """(fused score, closure bonuses, calibrated score) per turn."""
         if mode not in MODES:
             raise ValueError(f"unknown Zero-Mem mode {mode!r}")
-        self.entity_vectors  # one encoder pass gives the question vector and its entity vectors
+        self.ctx.prefetch_question()
+        self._vector_free_signals()
+        self.entity_vectors  # the question's and its entities' vectors, from the one forward pass
         fused = self.fused(mode)
         bonus = {} if mode == "no-closure" else self.closure(_order(fused).tolist())
         with self.ctx.timed("calibration"):

@@ -35,6 +35,18 @@ def test_single_texts_and_spans_match_the_batch_path(models):
         np.testing.assert_allclose(states.vector, batch[i], atol=1e-5)
         np.testing.assert_allclose(states.pool([(0, min(5, len(text)))]), enc.spans, atol=1e-6)
         assert states.pool([]).shape == (0, encoder.dim)
+        pending = encoder.submit_states(text)  # the forward pass on the encoder's thread
+        np.testing.assert_array_equal(pending.result().vector, states.vector)
+        np.testing.assert_array_equal(pending.result().pool([(0, min(5, len(text)))]), states.pool([(0, min(5, len(text)))]))
+
+
+def test_submitted_passes_run_concurrently_and_keep_their_own_results(models):
+    """Questions of concurrent requests go through one worker thread; each gets its own vector."""
+    encoder = models[0]
+    pending = [encoder.submit_states(t) for t in TEXTS * 3]
+    expected = encoder.encode(TEXTS)
+    for i, p in enumerate(pending):
+        np.testing.assert_allclose(p.result().vector, expected[i % len(TEXTS)], atol=1e-5)
 
 
 def test_torch_runtime_gives_the_same_vectors_and_spans(models, tmp_path):
