@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from infra.models.threads import single_threaded_blas
 from schemas.errors import ConfigurationError
 from schemas.ports.models import EncodedText
 
@@ -72,6 +73,7 @@ class FlagEmbeddingEncoder:
     def start(self) -> None:
         if self._model is not None:
             return
+        single_threaded_blas()
         t0 = time.perf_counter()
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub at run time
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
+from infra.models.threads import single_threaded_blas
 from schemas.errors import ConfigurationError
 from schemas.ports.models import AnalyzedText, EntityMention
 from schemas.text import split_sentences
@@ -35,6 +36,7 @@ class SpacyEntityExtractor:
     def start(self) -> None:
         if self._nlp is not None:
             return
+        single_threaded_blas()
         import spacy
 
         t0 = time.perf_counter()

@@ -35,7 +35,6 @@ class QueryService:
         self.encoder.encode_states("warm up")
         if self.extractor is not None:
             self.extractor.start()
-        single_threaded_blas()
 
     def boundary(self, r: SearchRequest) -> Boundary:
         if r.since and r.until and r.since > r.until:
@@ -74,17 +73,6 @@ class QueryService:
             budget_turns=request.max_turns, backends=ctx.backends, timings_ms={k: round(v, 3) for k, v in ctx.timings.items()},
             llm_tokens=0, notes=ranking.notes,
         )
-
-
-def single_threaded_blas() -> None:
-    """One BLAS thread in this process. The query path's matrix products are small (hundreds of
-    vectors), and after each one OpenBLAS keeps its second thread spinning for a while; that
-    thread takes the core the question's forward pass runs on (prefetch_question), and the
-    query's own thread is descheduled for ~3 ms. Measured on the dev split: p50 18.8 -> 16.6 ms
-    with the overlap (README, "Query latency")."""
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(limits=1, user_api="blas")
 
 
 def default_strategies() -> dict[str, StrategyFn]:
