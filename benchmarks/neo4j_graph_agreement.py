@@ -35,9 +35,13 @@ from infra.graph.sqlite import SqliteGraphStore  # noqa: E402
 from schemas.ports.graph import AdjacencyEdge, EntityNode, GraphChangeSet, Mention, SentenceNode  # noqa: E402
 from schemas.ports.views import Boundary  # noqa: E402
 
+from services.query.config import DEFAULT  # noqa: E402
+
 SETTINGS = {  # name -> (damping, keyword arguments): the query service's two walks, converged, hub-pruned
-    "query (gamma 0.8, 30 it, tol 1e-7)": (0.8, dict(adjacency_weight=1.0, max_iterations=30)),
-    "closure (0.6, no SPEAKER, 20 it)": (0.6, dict(adjacency_weight=1.0, exclude_labels=("SPEAKER",), max_iterations=20)),
+    f"query (gamma {DEFAULT.gamma}, {DEFAULT.ppr_iterations} it, tol 1e-7)": (
+        DEFAULT.gamma, dict(adjacency_weight=1.0, max_iterations=DEFAULT.ppr_iterations)),
+    f"closure ({DEFAULT.closure_gamma}, no SPEAKER, {DEFAULT.closure_iterations} it)": (
+        DEFAULT.closure_gamma, dict(adjacency_weight=1.0, exclude_labels=("SPEAKER",), max_iterations=DEFAULT.closure_iterations)),
     "converged (0.8, 1000 it, tol 1e-12)": (0.8, dict(adjacency_weight=1.0, max_iterations=1000, tolerance=1e-12)),
     "hubs pruned (max_share 0.05, 30 it)": (0.8, dict(adjacency_weight=0.5, max_share=0.05, max_iterations=30)),
 }

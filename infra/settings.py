@@ -42,7 +42,7 @@ class EncoderSettings(BaseSettings):
     path: str | None = Field(None, description="Local model directory (required for bge-m3).")
     max_length: int = 256
     batch_size: int = 32
-    threads: int | None = Field(None, description="Threads for the forward pass (default: every core).")
+    threads: int | None = Field(None, description="Threads for batched forward passes (default: every core); single texts (questions) run on one thread beside the query path.")
     runtime: Literal["onnx", "torch"] = Field(
         "onnx", description="onnx: ONNX Runtime on a local export of the same weights (~2x faster on CPU); torch: eager PyTorch.")
     cache_dir: Path | None = Field(None, description="Where ONNX exports are cached (default: $XDG_CACHE_HOME/memstream/onnx).")

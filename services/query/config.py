@@ -50,7 +50,10 @@ class ZeroMemConfig:
     adjacency_weight: float = 2.0
     hub_share: float = 0.3  # entities mentioned by more than this share of the contexts are left out of the walk
     gamma: float = 0.8  # PPR continuation (paper: 0.6)
-    ppr_iterations: int = 30
+    # Power-iteration steps. Started from the reset vector the walk is near its fixed point
+    # early: recall is the same with an exact solve (sparse LU), 30 and 20 steps (0.8396 / 0.9000
+    # in-sample); 15 steps lose 0.0002 at B=25. Fewer steps: ~25 us less per step and query.
+    ppr_iterations: int = 20
     g_lexical: float = 0.0  # exact lexical refinement of the graph ranking
     # -- routing and fusion (eq. 7, 12-13)
     route: Literal["rules", "local", "relational"] = "local"
@@ -60,6 +63,7 @@ class ZeroMemConfig:
     closure_graph: int = 3  # bridging contexts added from a PPR seeded on them (speakers excluded)
     closure_bonus: float = 0.05
     closure_gamma: float = 0.6
+    closure_iterations: int = 10  # exact solve, 20, 10 and 5 steps: the same recall (0.8396 / 0.9000)
     closure_neighbours: int = 0  # ±r neighbouring turns of the seeds
     neighbour_bonus: float = 0.0
     # -- evidence calibration (eq. 15)

@@ -448,7 +448,7 @@ class ZeroMem:
                 reset = {corpus.turns[i].unit_id: 1.0 / len(seeds) for i in seeds}
                 pi = self.ctx.store("graph").personalized_pagerank(
                     self.ctx.boundary, reset, cfg.closure_gamma, adjacency_weight=cfg.adjacency_weight,
-                    exclude_labels=("SPEAKER",), max_iterations=20)
+                    exclude_labels=("SPEAKER",), max_iterations=cfg.closure_iterations)
                 v = self._on_corpus(pi)
                 v[seeds] = 0.0
                 scored = [int(i) for i in _order(v)[: cfg.closure_graph] if v[i] > 0]  # ties: conversation order
