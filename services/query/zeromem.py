@@ -109,7 +109,7 @@ class _Turns:
     stems: list[set[str]]
     info: np.ndarray
     vocabulary: dict[str, int]  # stem -> column of `has_stem`
-    has_stem: sp.csc_matrix  # turns x stems, 0/1
+    has_stem: sp.csr_matrix  # turns x stems, 0/1
     speaker: np.ndarray  # per turn: its speaker's position in corpus.speakers
     day: np.ndarray  # per turn: the day it occurred (ordinal)
 
@@ -123,7 +123,7 @@ def _turn_arrays(corpus) -> _Turns:
         vocabulary = {w: j for j, w in enumerate(sorted({w for bag in stems for w in bag}))}
         rows = [i for i, bag in enumerate(stems) for _ in bag]
         cols = [vocabulary[w] for bag in stems for w in bag]
-        has_stem = sp.csc_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(stems), len(vocabulary)))
+        has_stem = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(stems), len(vocabulary)))
         speakers = {s: k for k, s in enumerate(corpus.speakers)}
         cached = _Turns([t.unit_id for t in corpus.turns], stems, np.clip(np.log(ntok) / np.log(40), 0, 1), vocabulary, has_stem,
                         np.array([speakers[s] for s in corpus.speaker], dtype=int),
@@ -187,7 +187,9 @@ class ZeroMem:
         cols = sorted({turns.vocabulary[k] for k in self.profile.keywords if k in turns.vocabulary})
         if not cols:
             return np.zeros(self.n)
-        return np.asarray(turns.has_stem[:, cols].sum(axis=1)).ravel() / len(cols)
+        wanted = np.zeros(turns.has_stem.shape[1])
+        wanted[cols] = 1.0
+        return (turns.has_stem @ wanted) / len(cols)  # a product, not a column slice: ~0.04 vs ~0.4 ms
 
     def _type_flags(self) -> dict[str, np.ndarray]:
         """Per turn: can it answer a date / number / place / person question? From the graph
