@@ -464,7 +464,8 @@ class ZeroMem:
 
     def _vector_free_signals(self) -> None:
         """What needs no question vector, computed while the encoder runs on the other core
-        (prefetch_question): profile, BM25 of every level, keyword coverage, compatibility."""
+        (prefetch_question): profile, BM25 of every level, keyword coverage, compatibility and
+        the asked-for noun's label (whose word vector, when not cached, is a pass of its own)."""
         self.profile
         self.ctx.bm25_all()
         self.ctx.bm25("turn"), self.ctx.bm25("episode")

@@ -49,6 +49,19 @@ def test_submitted_passes_run_concurrently_and_keep_their_own_results(models):
         np.testing.assert_allclose(p.result().vector, expected[i % len(TEXTS)], atol=1e-5)
 
 
+def test_models_leave_one_blas_thread(models):
+    """OpenBLAS's spinning helper thread took the core the question's forward pass runs on
+    (infra/models/threads.py): once the models are up, every loaded BLAS runs one thread, or
+    what OPENBLAS_NUM_THREADS says when it was set before."""
+    import os
+
+    from threadpoolctl import threadpool_info
+
+    blas = [i for i in threadpool_info() if i["user_api"] == "blas"]
+    assert blas, "no BLAS library loaded?"
+    assert {i["num_threads"] for i in blas} == {int(os.environ["OPENBLAS_NUM_THREADS"])}
+
+
 def test_torch_runtime_gives_the_same_vectors_and_spans(models, tmp_path):
     from infra.models.flagembedding import FlagEmbeddingEncoder
 
