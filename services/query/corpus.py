@@ -16,6 +16,7 @@ import scipy.sparse as sp
 
 from schemas.ports.views import Boundary
 from schemas.keyindex import KeyIndex
+from schemas.query import TurnRef
 from schemas.units import TraceUnit, unit_key
 
 
@@ -67,6 +68,22 @@ class Corpus:
 
     def unit(self, unit_id: str) -> TraceUnit | None:
         return self.by_unit.get(unit_id)
+
+    def turn_ref(self, i: int) -> TurnRef:
+        """Turn i's provenance as the responses carry it. Built once per corpus (the corpus is
+        rebuilt when the boundary's data changes) and shared by responses, which never mutate it."""
+        refs = self.__dict__.get("_turn_refs")
+        if refs is None:
+            refs = self.__dict__["_turn_refs"] = [None] * self.n
+        ref = refs[i]
+        if ref is None:
+            t = self.turns[i]
+            p = t.provenance
+            ref = refs[i] = TurnRef.model_construct(  # fields from already-validated units
+                turn_id=t.unit_id, text=t.text, event_id=p.event_ids[0], source_ref=(p.source_refs or (None,))[0],
+                speaker=p.speakers[0], session_id=p.session_id, occurred_at=p.occurred_from,
+                partition=p.log_positions[0].partition, offset=p.log_positions[0].offset)
+        return ref
 
 
 def _level(units: list[TraceUnit], index: dict[str, int], n: int) -> Level:

@@ -12,7 +12,7 @@ from typing import Callable
 
 from schemas.errors import BadRequest, NotFound
 from schemas.ports.views import Boundary
-from schemas.query import Evidence, SearchRequest, SearchResponse, TurnRef
+from schemas.query import Evidence, SearchRequest, SearchResponse
 from services.query import baselines
 from services.query.context import Candidate, QueryContext, Ranking
 from services.query.corpus import Corpus, CorpusCache
@@ -109,13 +109,7 @@ def assemble(corpus: Corpus, candidates: list[Candidate], budget: int) -> list[E
                 rank=len(out) + 1, unit_id=c.unit_id, kind=c.kind, role=c.role, text=text,
                 conversation_id=turns[0].provenance.conversation_id, session_id=turns[0].provenance.session_id,
                 occurred_from=min(t.provenance.occurred_from for t in turns), occurred_to=max(t.provenance.occurred_to for t in turns),
-                turns=[
-                    TurnRef.model_construct(
-                        turn_id=t.unit_id, text=t.text, event_id=t.provenance.event_ids[0], source_ref=(t.provenance.source_refs or (None,))[0],
-                        speaker=t.provenance.speakers[0], session_id=t.provenance.session_id, occurred_at=t.provenance.occurred_from,
-                        partition=t.provenance.log_positions[0].partition, offset=t.provenance.log_positions[0].offset)
-                    for t in turns
-                ],
+                turns=[corpus.turn_ref(i) for i in sorted(counted)],
                 scores={k: round(v, 6) for k, v in c.scores.items()},
             )
         )
