@@ -127,6 +127,20 @@ class FlagEmbeddingEncoder:
         offsets = enc.pop("offset_mapping", None)
         return np.asarray(enc["input_ids"], dtype=np.int64), np.asarray(enc["attention_mask"], dtype=np.int64), offsets
 
+    def _tokenize_one(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`_tokenize([text], with_offsets=True)` through the fast tokenizer's backend directly:
+        one text needs no padding, and the wrapper's per-call set-up costs ~3x the tokenising
+        itself (~0.15 vs ~0.05 ms warm, more cold) on the query's critical path. Same ids,
+        mask and offsets (checked on the dev questions); a text over `max_length` tokens, or a
+        tokenizer without a backend, takes the wrapper's path (truncation)."""
+        backend = getattr(self._tokenizer, "backend_tokenizer", None) if self._model is not None else None
+        if backend is not None:
+            enc = backend.encode(text)
+            if len(enc.ids) <= self.max_length:
+                return (np.array([enc.ids], dtype=np.int64), np.array([enc.attention_mask], dtype=np.int64),
+                        np.array([enc.offsets], dtype=np.int64).reshape(1, -1, 2))
+        return self._tokenize([text], with_offsets=True)
+
     def _run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Hidden states [b, t, d] float32. Both runtimes release the GIL while they compute."""
         if self._session is not None:
@@ -179,14 +193,15 @@ class FlagEmbeddingEncoder:
         return [results[i] for i in range(len(texts))]
 
     def encode_states(self, text: str) -> "_States":
-        h, mask, off = self._forward([text], with_offsets=True)
+        ids, mask, off = self._tokenize_one(text)
+        h = self._run(ids, mask)
         return _States.of(h[0], mask[0], off[0], self._pool(h, mask)[0])
 
     def submit_states(self, text: str) -> "_PendingStates":
         """`encode_states` with the forward pass on the encoder's worker thread: tokenised here,
         then the caller goes on with work that does not need the vector (the runtime computes
         without the GIL) and collects the states with `result()`."""
-        ids, mask, offsets = self._tokenize([text], with_offsets=True)
+        ids, mask, offsets = self._tokenize_one(text)
         if self._worker is None:
             with self._worker_lock:
                 if self._worker is None:

@@ -40,6 +40,15 @@ def test_single_texts_and_spans_match_the_batch_path(models):
         np.testing.assert_array_equal(pending.result().pool([(0, min(5, len(text)))]), states.pool([(0, min(5, len(text)))]))
 
 
+def test_single_text_path_truncates_like_the_batch_path(models):
+    """Questions skip the tokenizer wrapper; a text over max_length tokens still gets the
+    wrapper's truncation, so its vector equals `encode`'s."""
+    encoder = models[0]
+    long_text = "Caroline went to the support group again " * 60  # ~420 tokens > 256
+    np.testing.assert_allclose(encoder.encode_states(long_text).vector, encoder.encode([long_text])[0], atol=1e-5)
+    np.testing.assert_allclose(encoder.submit_states(long_text).result().vector, encoder.encode([long_text])[0], atol=1e-5)
+
+
 def test_submitted_passes_run_concurrently_and_keep_their_own_results(models):
     """Questions of concurrent requests go through one worker thread; each gets its own vector."""
     encoder = models[0]
