@@ -34,7 +34,7 @@ from infra.registry import Registry  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from schemas.ports.views import VIEW_NAMES  # noqa: E402
 from schemas.query import SearchRequest  # noqa: E402
-from services.eval.locomo import evaluate_strategy, ingest, questions  # noqa: E402
+from services.eval.locomo import evaluate_strategies, ingest, questions  # noqa: E402
 from services.query.service import QueryService  # noqa: E402
 from services.runtime import build_pipeline  # noqa: E402
 from services.views import LiveViews  # noqa: E402
@@ -118,7 +118,7 @@ def evaluate(settings: Settings, registry: Registry, qs, strategies, budgets) ->
     service = QueryService(views, registry.encoder(), registry.extractor())
     service.start()
     try:
-        return {name: evaluate_strategy(service, qs, name, budgets, TENANT, 5) for name in strategies}
+        return evaluate_strategies(service, qs, list(strategies), budgets, TENANT, 5)
     finally:
         views.close()
 

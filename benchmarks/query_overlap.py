@@ -23,18 +23,13 @@ from infra.registry import Registry  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from report import write_report  # noqa: E402
 from schemas.query import SearchRequest  # noqa: E402
-from services.eval.locomo import questions  # noqa: E402
+from services.eval.locomo import percentile, questions  # noqa: E402
 from services.query.context import QueryContext  # noqa: E402
 from services.query.service import QueryService  # noqa: E402
 from services.views import LiveViews  # noqa: E402
 from streams.sources import locomo  # noqa: E402
 
 DEFAULT_LOCOMO = Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo-dev.json"
-
-
-def percentile(values: list[float], p: float) -> float:
-    s = sorted(values)
-    return round(s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))], 2)
 
 
 def main() -> int:
@@ -64,7 +59,7 @@ def main() -> int:
                     stages[arm].setdefault(stage, []).append(ms)
     finally:
         QueryContext.prefetch_question = prefetch
-    report = {arm: {"p50_ms": percentile(latency[arm], 50), "p95_ms": percentile(latency[arm], 95),
+    report = {arm: {"p50_ms": round(percentile(latency[arm], 50), 2), "p95_ms": round(percentile(latency[arm], 95), 2),
                     "stage_ms_p50": {k: round(statistics.median(v), 2) for k, v in sorted(stages[arm].items())}} for arm in arms}
     report["questions"] = len(qs)
     report["serial / overlap p50"] = round(report["serial"]["p50_ms"] / report["overlap"]["p50_ms"], 2)

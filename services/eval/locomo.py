@@ -94,10 +94,6 @@ def percentile(values: list[float], p: float) -> float:
     return s[k]
 
 
-def evaluate_strategy(service, qs: list[Question], strategy: str, budgets: list[int], tenant: str, k: int) -> dict[str, Any]:
-    return evaluate_strategies(service, qs, [strategy], budgets, tenant, k)[strategy]
-
-
 def evaluate_strategies(service, qs: list[Question], strategies: list[str], budgets: list[int], tenant: str, k: int,
                         tokens: Callable[[], int] | None = None, progress: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
     """Per strategy: recall at each budget, latency, LLM tokens (from `tokens`, the reader's

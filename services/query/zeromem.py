@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from itertools import repeat
+from typing import Mapping
 
 import numpy as np
 import scipy.sparse as sp
@@ -61,7 +62,7 @@ _WORDS_RE = re.compile(r"[A-Za-z0-9][\w'’&.-]*")
 _CAPITALISED = re.compile(r"\b([A-Z][\w'’&.-]*(?:\s+[A-Z][\w'’&.-]*)*)")
 
 
-def lexicon_mentions(question: str, names: dict[str, str], max_words: int = 4) -> list[tuple[str, str, int, int]]:
+def lexicon_mentions(question: str, names: Mapping[str, str], max_words: int = 4) -> list[tuple[str, str, int, int]]:
     """Entity mentions of a question without a model, written to find what an English NER model
     finds: the longest capitalised word n-grams (not the question's first word alone) that are
     names the boundary already knows, with their label; then the remaining capitalised phrases
@@ -250,11 +251,15 @@ class ZeroMem:
         best = int(np.argmax(sims))
         return labels[best], float(sims[best])
 
+    @property
     def label_flags(self) -> np.ndarray:
+        return self._memo("label_flags", ("label_min",), self._label_flags)
+
+    def _label_flags(self) -> np.ndarray:
         label, score = self.answer_label
         if label is None or score < self.cfg.label_min:
             return np.zeros(self.n)
-        return self._type_flags()["label:" + label] if "label:" + label in self._type_flags() else np.zeros(self.n)
+        return self._type_flags().get("label:" + label, np.zeros(self.n))
 
     def _dense(self, kind: str, level: int | None = None) -> np.ndarray:
         cfg = self.cfg
@@ -471,7 +476,7 @@ class ZeroMem:
         self.ctx.bm25("turn"), self.ctx.bm25("episode")
         for size in self.corpus.windows:
             self.ctx.bm25("window", size)
-        self.lexcov, self.compat, self.label_flags()
+        self.lexcov, self.compat, self.label_flags
 
     def scores(self, mode: str = "zero-mem") -> tuple[np.ndarray, dict[int, float], np.ndarray]:
         """(fused score, closure bonuses, calibrated score) per turn."""
@@ -493,7 +498,7 @@ class ZeroMem:
                 ct = self.cfg.c_type_relational if relational else self.cfg.c_type
                 score = score + cs * subj + ct * atype + self.cfg.c_time * tcomp
                 if self.cfg.c_label:
-                    score = score + self.cfg.c_label * self.label_flags()
+                    score = score + self.cfg.c_label * self.label_flags
         return fused, bonus, score
 
     def order(self, mode: str = "zero-mem") -> np.ndarray:
