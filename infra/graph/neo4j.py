@@ -84,7 +84,7 @@ from infra.neo4j_base import connect, drop_generation_data, ensure_schema, proje
 from schemas.errors import MemstreamError, StoreError
 from schemas.ordering import order_turns
 from schemas.ports.graph import EntityMatch, GraphChangeSet, SentenceIncidence
-from schemas.ports.views import Boundary, Forget, Positions, TurnRow
+from schemas.ports.views import Boundary, Forget, Positions, TurnRow, scoped_version
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +283,9 @@ class Neo4jGraphStore:
         return {r["p"]: r["o"] for r in rows}
 
     def conversation_version(self, tenant_id: str, conversation_id: str | None) -> int:
+        return scoped_version(self, ("version", tenant_id, conversation_id), lambda: self._read_version(tenant_id, conversation_id))
+
+    def _read_version(self, tenant_id: str, conversation_id: str | None) -> int:
         cond = "" if conversation_id is None else " AND v.conversation_id = $conv"
         rows = self._query("reading conversation versions",
                            f"MATCH (v:MemstreamVersion) WHERE v.view = $view AND v.gen = $gen AND v.tenant_id = $tenant{cond} "
@@ -546,7 +549,11 @@ class Neo4jGraphStore:
         return name, nodes
 
     def _versions(self, b: Boundary) -> tuple:
-        """The boundary's conversation versions: any write to it changes them."""
+        """The boundary's conversation versions: any write to it changes them (read once per
+        request: every boundary-wide read keys its cache on them)."""
+        return scoped_version(self, ("versions", self._boundary_key(b)), lambda: self._read_versions(b))
+
+    def _read_versions(self, b: Boundary) -> tuple:
         _, params = _scope(b)
         return tuple((r["c"], r["v"]) for r in self._query(
             "reading conversation versions",

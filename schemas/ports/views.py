@@ -18,9 +18,11 @@ Every view store:
 from __future__ import annotations
 
 import hashlib
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Callable, Iterator, Literal, Protocol, TypeVar
 
 from schemas.events import ForgetScope
 
@@ -61,6 +63,35 @@ def content_hash(*parts: object) -> str:
     for p in parts:
         h.update(repr(p).encode("utf-8"))
     return h.hexdigest()
+
+
+_READ_SCOPE: ContextVar[dict | None] = ContextVar("memstream_read_scope", default=None)
+_V = TypeVar("_V")
+
+
+@contextmanager
+def read_scope() -> Iterator[None]:
+    """One request's reads: inside it, a store reads each conversation's version once
+    (`scoped_version`) and every later read of the request sees that version. A query's stages
+    then agree on one version per conversation (their caches stay consistent if a write lands
+    mid-query), and a Zero-Mem query pays one version read per store and conversation instead of
+    one per read (15 SQLite reads, or as many server round trips, before this scope)."""
+    token = _READ_SCOPE.set({})
+    try:
+        yield
+    finally:
+        _READ_SCOPE.reset(token)
+
+
+def scoped_version(store: object, key: tuple, read: Callable[[], _V]) -> _V:
+    """`read()` once per store and key inside a `read_scope`, every time outside one."""
+    scope = _READ_SCOPE.get()
+    if scope is None:
+        return read()
+    k = (id(store), *key)  # stores outlive the request (LiveViews retires, never drops, them mid-query)
+    if k not in scope:
+        scope[k] = read()
+    return scope[k]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import time
 from typing import Callable
 
 from schemas.errors import BadRequest, NotFound
-from schemas.ports.views import Boundary
+from schemas.ports.views import Boundary, read_scope
 from schemas.query import Evidence, SearchRequest, SearchResponse
 from services.query import baselines
 from services.query.context import Candidate, QueryContext, Ranking
@@ -49,6 +49,10 @@ class QueryService:
         )
 
     def search(self, request: SearchRequest) -> SearchResponse:
+        with read_scope():  # one version per store and conversation for the whole request
+            return self._search(request)
+
+    def _search(self, request: SearchRequest) -> SearchResponse:
         t0 = time.perf_counter()
         strategy = self.strategies.get(request.strategy)
         if strategy is None:

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 
-from schemas.ports.views import TurnRow, content_hash
+from schemas.ports.views import TurnRow, content_hash, read_scope
 from schemas.units import HierarchyPolicy, turn_unit_id
 from streams.segmentation import session_units
 
@@ -30,3 +30,18 @@ def units(rows: list[TurnRow]):
 def unit_vector(seed: int, dim: int = 16) -> np.ndarray:
     v = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
     return v / np.linalg.norm(v)
+
+
+def check_versions_pinned_by_read_scope(store, write) -> None:
+    """ViewStore contract: a write changes the conversation's version; inside one `read_scope`
+    (one query) the version first read stays, so a query's stages see one version."""
+    before = store.conversation_version("t1", "c1")
+    with read_scope():
+        assert store.conversation_version("t1", "c1") == before
+        write()
+        assert store.conversation_version("t1", "c1") == before
+        assert store.conversation_version("t1", None) == store.conversation_version("t1", None)
+    after = store.conversation_version("t1", "c1")
+    assert after != before
+    with read_scope():
+        assert store.conversation_version("t1", "c1") == after

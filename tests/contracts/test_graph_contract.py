@@ -12,7 +12,7 @@ from schemas.events import ForgetScope
 from schemas.ports.graph import AdjacencyEdge, EntityNode, GraphChangeSet, Mention, SentenceNode
 from schemas.ports.views import Boundary, Forget
 from schemas.units import entity_id
-from tests.contracts.builders import row, unit_vector
+from tests.contracts.builders import check_versions_pinned_by_read_scope, row, unit_vector
 
 pytestmark = pytest.mark.contract
 
@@ -143,3 +143,8 @@ def test_forget_turn_and_conversation(store):
     store.apply(GraphChangeSet(forgets=[Forget("t1", ForgetScope(level="conversation", conversation_id="c1"))]), {0: 6})
     assert store.personalized_pagerank(Boundary("t1", ("c1",)), {ids["paris"]: 1.0}, 0.6) == {}
     assert store.positions() == {0: 6}
+
+
+def test_versions_change_on_write_and_hold_within_a_read_scope(store):
+    build(store)
+    check_versions_pinned_by_read_scope(store, lambda: store.apply(GraphChangeSet(put_turns=[row(90, "late turn")]), {0: 99}))

@@ -9,7 +9,7 @@ import pytest
 from schemas.events import ForgetScope
 from schemas.ports.unit_store import UnitChangeSet
 from schemas.ports.views import Boundary, Forget
-from tests.contracts.builders import row, units
+from tests.contracts.builders import check_versions_pinned_by_read_scope, row, units
 
 pytestmark = pytest.mark.contract
 
@@ -111,3 +111,8 @@ def test_upsert_replaces_and_delete_removes(store):
     store.apply(UnitChangeSet(put_turns=[grown[-1]], upsert_units=upserts, delete_units=deletes), {0: 4})
     assert {u.unit_id for u in store.list_units(Boundary("t1"), "window")} == {u.unit_id for u in after if u.kind == "window"}
     assert store.canonical_dump() == store.canonical_dump()  # deterministic
+
+
+def test_versions_change_on_write_and_hold_within_a_read_scope(store):
+    _put(store, [row(0, "a")], {0: 1})
+    check_versions_pinned_by_read_scope(store, lambda: _put(store, [row(1, "b")], {0: 2}))

@@ -11,7 +11,7 @@ import pytest
 from schemas.events import ForgetScope
 from schemas.ports.vectors import TurnPooling, VectorChangeSet, VectorPoint
 from schemas.ports.views import Boundary, Forget
-from tests.contracts.builders import T0, row, unit_vector
+from tests.contracts.builders import T0, check_versions_pinned_by_read_scope, row, unit_vector
 
 pytestmark = pytest.mark.contract
 
@@ -91,3 +91,8 @@ def test_upsert_delete_pooling_and_forget(store):
     assert store.search("turn", unit_vector(9), Boundary("t1"), 5) == []
     assert store.pooling([r.turn_id]) == {}
     assert store.session_turns("t1", "c1", "s1") == []
+
+
+def test_versions_change_on_write_and_hold_within_a_read_scope(store):
+    store.apply(VectorChangeSet(upsert_points=[point("p0", unit_vector(0))]), {0: 1})
+    check_versions_pinned_by_read_scope(store, lambda: store.apply(VectorChangeSet(upsert_points=[point("p1", unit_vector(1))]), {0: 2}))
