@@ -37,6 +37,7 @@ class _Matrix:
     def __init__(self, rows: list[tuple]):
         self.ids = [r[0] for r in rows]
         self.keys = np.array([unit_key(i) for i in self.ids], dtype=np.int64)
+        self.keys.flags.writeable = False  # handed to callers as is (score_units): a KeyIndex memoises read-only key arrays
         self.vectors = np.stack([np.frombuffer(r[5], dtype=np.float32) for r in rows]) if rows else np.zeros((0, 0), np.float32)
         self.sessions = np.array([r[1] for r in rows], dtype=object)
         self.agents = [set(json.loads(r[2])) for r in rows]
@@ -142,7 +143,7 @@ class SqliteVectorStore(SqliteViewBase):
                 continue
             scores = m.vectors @ q
             mask = _mask(m, boundary)
-            idx = np.nonzero(mask)[0]
+            idx = np.arange(len(m.ids)) if mask is None else np.nonzero(mask)[0]
             if len(idx) > k:
                 part = idx[np.argpartition(-scores[idx], k - 1)[:k]]
             else:
@@ -153,13 +154,12 @@ class SqliteVectorStore(SqliteViewBase):
 
     def score_units(self, collection: Collection, vector: np.ndarray, boundary: Boundary) -> tuple[np.ndarray, np.ndarray]:
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
-        keys, scores = [], []
-        for m in self._matrices(collection, boundary):
-            if not m.ids:
-                continue
-            mask = _mask(m, boundary)
-            keys.append(m.keys[mask])
-            scores.append((m.vectors @ q)[mask])
+        parts = [(m, _mask(m, boundary)) for m in self._matrices(collection, boundary) if m.ids]
+        if len(parts) == 1 and parts[0][1] is None:  # one whole cached matrix: its own key array, the same every query
+            m = parts[0][0]
+            return m.keys, (m.vectors @ q).astype(float)
+        keys = [m.keys if mask is None else m.keys[mask] for m, mask in parts]
+        scores = [m.vectors @ q if mask is None else (m.vectors @ q)[mask] for m, mask in parts]
         if not keys:
             return np.zeros(0, np.int64), np.zeros(0)
         return np.concatenate(keys), np.concatenate(scores).astype(float)
@@ -197,10 +197,11 @@ class SqliteVectorStore(SqliteViewBase):
         }
 
 
-def _mask(m: _Matrix, b: Boundary) -> np.ndarray:
-    mask = np.ones(len(m.ids), dtype=bool)
+def _mask(m: _Matrix, b: Boundary) -> np.ndarray | None:
+    """Rows of `m` inside the boundary's session/agent/time filters; None when it sets none."""
     if b.session_ids is None and b.agent_ids is None and b.since is None and b.until is None:
-        return mask
+        return None
+    mask = np.ones(len(m.ids), dtype=bool)
     if b.session_ids is not None:
         mask &= np.isin(m.sessions, list(b.session_ids))
     if b.agent_ids is not None:

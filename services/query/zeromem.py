@@ -349,19 +349,29 @@ class ZeroMem:
     def _activations(self) -> dict[str, float]:
         """Eq. 8: query entities aligned to graph entities (exact name, else cosine), plus
         keyword nodes matched by stem."""
-        cfg, p, graph, b = self.cfg, self.profile, self.ctx.store("graph"), self.ctx.boundary
+        cfg, p = self.cfg, self.profile
         eta: dict[str, float] = {}
         if p.entities:
             vectors = self.entity_vectors
-            for match in graph.align_entities(b, p.entities, vectors, 1):
+            for match in self.ctx.store("graph").align_entities(self.ctx.boundary, p.entities, vectors, 1):
                 if match and match[0].score >= cfg.align_min:
                     eta[match[0].entity_id] = max(eta.get(match[0].entity_id, 0.0), match[0].score)
-        speakers = {w for s in self.corpus.speakers for w in normalize_entity(s).split()}
-        words = [w for w in keyword_words(p.question) if w not in speakers]
-        ids = {entity_id(b.tenant_id, "kw:" + s): s for s, w in zip(stem(words), words) if len(s) > 2 and not w.isdigit()}
-        for e in graph.present(b, list(ids)):
+        for e in self.keyword_nodes:
             eta[e] = max(eta.get(e, 0.0), cfg.keyword_activation)
         return eta
+
+    @property
+    def keyword_nodes(self) -> list[str]:
+        return self._memo("keyword_nodes", (), self._keyword_nodes)
+
+    def _keyword_nodes(self) -> list[str]:
+        """The question's keyword nodes (by stem, speakers' names left out) present in the
+        boundary; needs no vector, so it is found while the encoder runs."""
+        graph, b = self.ctx.store("graph"), self.ctx.boundary
+        speakers = {w for s in self.corpus.speakers for w in normalize_entity(s).split()}
+        words = [w for w in keyword_words(self.profile.question) if w not in speakers]
+        ids = {entity_id(b.tenant_id, "kw:" + s): s for s, w in zip(stem(words), words) if len(s) > 2 and not w.isdigit()}
+        return sorted(graph.present(b, list(ids)))
 
     def _propagate(self, eta: dict[str, float]) -> dict[str, float]:
         """Eq. 9: an entity gains activation when it shares query-relevant sentences with an
@@ -469,14 +479,15 @@ class ZeroMem:
 
     def _vector_free_signals(self) -> None:
         """What needs no question vector, computed while the encoder runs on the other core
-        (prefetch_question): profile, BM25 of every level, keyword coverage, compatibility and
-        the asked-for noun's label (whose word vector, when not cached, is a pass of its own)."""
+        (prefetch_question): profile, BM25 of every level, keyword coverage, compatibility, the
+        asked-for noun's label (whose word vector, when not cached, is a pass of its own) and the
+        keyword nodes the graph view activates."""
         self.profile
         self.ctx.bm25_all()
         self.ctx.bm25("turn"), self.ctx.bm25("episode")
         for size in self.corpus.windows:
             self.ctx.bm25("window", size)
-        self.lexcov, self.compat, self.label_flags
+        self.lexcov, self.compat, self.label_flags, self.keyword_nodes
 
     def scores(self, mode: str = "zero-mem") -> tuple[np.ndarray, dict[int, float], np.ndarray]:
         """(fused score, closure bonuses, calibrated score) per turn."""
