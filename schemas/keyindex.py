@@ -31,11 +31,11 @@ class KeyIndex:
             known = self._known.get(id(keys))
             if known is not None and known[0] is keys:
                 return known[1]
-        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
-        if not len(self._sorted) or not len(keys):
-            return np.full(len(keys), -1, dtype=np.int64)
-        i = np.minimum(np.searchsorted(self._sorted, keys), len(self._sorted) - 1)
-        p = np.where(self._sorted[i] == keys, self._order[i], -1)
+        k = np.asarray(keys, dtype=np.int64).reshape(-1)
+        if not len(self._sorted) or not len(k):
+            return np.full(len(k), -1, dtype=np.int64)
+        i = np.minimum(np.searchsorted(self._sorted, k), len(self._sorted) - 1)
+        p = np.where(self._sorted[i] == k, self._order[i], -1)
         if fixed:
             if len(self._known) >= 16:
                 self._known.clear()
