@@ -92,6 +92,8 @@ class SentenceIncidence:
     matrix: sp.csr_matrix  # sentences x entities
     keys: KeyIndex  # unit_key(sentence_id) -> row, to place the dense view's sentence scores
     entity_index: dict[str, int]
+    matrix_t: sp.csr_matrix  # entities x sentences (the transpose, kept in row-major form for products)
+    entity_array: np.ndarray  # entity_ids as an object array: ids of many columns in one take
 
     @classmethod
     def build(cls, rows: Iterable[tuple[str, str, Iterable[str]]]) -> "SentenceIncidence":
@@ -105,7 +107,7 @@ class SentenceIncidence:
         matrix = sp.csr_matrix((np.ones(len(r_idx)), (r_idx, c_idx)), shape=(len(rows), len(entity_ids)))
         matrix.data[:] = 1.0  # an entity listed twice in a sentence still counts once
         return cls(tuple(r[0] for r in rows), tuple(r[1] for r in rows), entity_ids, matrix,
-                   KeyIndex([unit_key(r[0]) for r in rows]), index)
+                   KeyIndex([unit_key(r[0]) for r in rows]), index, matrix.T.tocsr(), np.array(entity_ids, dtype=object))
 
     def sentences_mentioning(self, entity_ids: Iterable[str]) -> list[str]:
         """Ids of the sentences that mention at least one of `entity_ids` (Z(e) of eq. 9)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import compress, repeat
 from typing import Mapping
 
 import numpy as np
@@ -373,24 +373,26 @@ class ZeroMem:
         ids = {entity_id(b.tenant_id, "kw:" + s): s for s, w in zip(stem(words), words) if len(s) > 2 and not w.isdigit()}
         return sorted(graph.present(b, list(ids)))
 
-    def _propagate(self, eta: dict[str, float]) -> dict[str, float]:
+    def _propagate(self, eta: dict[str, float]) -> tuple[list[str], np.ndarray]:
         """Eq. 9: an entity gains activation when it shares query-relevant sentences with an
         active one; a sentence's relevance is its dense similarity to the question (clipped at 0).
         With Z the sentences x entities incidence and w the relevances, one step is
         gained = Z^T (w * Z a), kept for entities not yet active, rescaled so that the best
-        gain is `propagation_weight` times the strongest activation."""
+        gain is `propagation_weight` times the strongest activation. Returns the activated
+        entities (eta's first, then the gained ones in incidence order) and their activations."""
         cfg = self.cfg
         inc = self.ctx.store("graph").sentence_incidence(self.ctx.boundary)
         if not cfg.propagation_steps or not inc.sentence_ids:
-            return dict(eta)
+            return list(eta), np.fromiter(eta.values(), dtype=float, count=len(eta))
         w = np.maximum(self.ctx.sentence_relevance(inc.keys), 0.0)
         a = np.zeros(len(inc.entity_ids))
         for e, v in eta.items():
             j = inc.entity_index.get(e)
             if j is not None:
                 a[j] = v
+        active = a > 0
         strongest_outside = max((v for e, v in eta.items() if e not in inc.entity_index), default=0.0)
-        Z, ZT = inc.matrix, inc.matrix.T
+        Z, ZT = inc.matrix, inc.matrix_t
         for _ in range(cfg.propagation_steps):
             gained = ZT @ (w * (Z @ a))
             gained[a > 0] = 0.0
@@ -398,10 +400,8 @@ class ZeroMem:
             if top <= 0:
                 break
             a = a + gained * (cfg.propagation_weight * max(float(a.max(initial=0.0)), strongest_outside, 1e-9) / top)
-        act = dict(eta)
-        nz = np.flatnonzero(a > 0)
-        act.update(zip([inc.entity_ids[j] for j in nz.tolist()], a[nz].tolist()))
-        return act
+        gained = np.flatnonzero((a > 0) & ~active)
+        return list(eta) + inc.entity_array[gained].tolist(), np.concatenate([np.fromiter(eta.values(), dtype=float, count=len(eta)), a[gained]])
 
     @property
     def graph_scores(self) -> np.ndarray | None:
@@ -414,9 +414,10 @@ class ZeroMem:
             eta = self.activations
             if not eta:
                 return None
-            act = self._propagate(eta)
-            total = sum(act.values())
-            reset = {e: cfg.beta_entities * v / total for e, v in act.items() if v > 0}
+            ids, act = self._propagate(eta)
+            total = sum(act.tolist())  # left to right, as over a dict of them
+            keep = act > 0
+            reset = dict(zip(compress(ids, keep.tolist()), (cfg.beta_entities * act[keep] / total).tolist()))
             dn = self.ctx.dense("turn")
             top = np.argsort(-dn, kind="stable")[: cfg.prior_top]
             prior = np.clip(dn[top] - dn[top].min() + 1e-3, 1e-6, None)
