@@ -247,7 +247,7 @@ class ZeroMem:
         if noun is None or self.ctx.extractor is None:
             return None, 0.0
         labels, vectors = _glossary_vectors(self.ctx.extractor, self.ctx.encoder)
-        sims = vectors @ _word_vector(self.ctx.encoder, noun, self.memo.get(("noun_pass", noun)))
+        sims = vectors @ _word_vector(self.ctx.encoder, noun)
         best = int(np.argmax(sims))
         return labels[best], float(sims[best])
 
@@ -480,20 +480,15 @@ class ZeroMem:
 
     def _vector_free_signals(self) -> None:
         """What needs no question vector, computed while the encoder runs on the other core
-        (prefetch_question): profile, BM25 of every level, keyword coverage, compatibility and the
-        keyword nodes the graph view activates. The asked-for noun's word vector, when not cached,
-        is a forward pass of its own: it is queued behind the question's on the encoder's thread,
-        runs while this thread computes the views, and calibration collects it."""
+        (prefetch_question): profile, BM25 of every level, keyword coverage, compatibility, the
+        asked-for noun's label (whose word vector, when not cached, is a pass of its own) and the
+        keyword nodes the graph view activates."""
         self.profile
-        noun = self.profile.noun
-        if noun is not None and self.ctx.extractor is not None and ("noun_pass", noun) not in self.memo \
-                and not _word_cached(self.ctx.encoder, noun):
-            self.memo[("noun_pass", noun)] = self.ctx.encoder.submit_states(noun)
         self.ctx.bm25_all()
         self.ctx.bm25("turn"), self.ctx.bm25("episode")
         for size in self.corpus.windows:
             self.ctx.bm25("window", size)
-        self.lexcov, self.compat, self.keyword_nodes
+        self.lexcov, self.compat, self.label_flags, self.keyword_nodes
 
     def scores(self, mode: str = "zero-mem") -> tuple[np.ndarray, dict[int, float], np.ndarray]:
         """(fused score, closure bonuses, calibrated score) per turn."""
@@ -561,18 +556,12 @@ def _glossary_vectors(extractor, encoder) -> tuple[list[str], np.ndarray]:
     return _GLOSSARY[key]
 
 
-def _word_cached(encoder, word: str) -> bool:
-    return (id(encoder), word) in _WORDS
-
-
-def _word_vector(encoder, word: str, pending=None) -> np.ndarray:
-    """A word's vector (cached per encoder); `pending`: its pass already submitted
-    (submit_states: the same tokens, pass and pooling as `encode`, so the same vector)."""
+def _word_vector(encoder, word: str) -> np.ndarray:
     key = (id(encoder), word)
     if key not in _WORDS:
         if len(_WORDS) > 4096:
             _WORDS.clear()
-        _WORDS[key] = pending.result().vector if pending is not None else encoder.encode([word])[0]
+        _WORDS[key] = encoder.encode([word])[0]
     return _WORDS[key]
 
 
