@@ -382,8 +382,9 @@ class ZeroMem:
         entities (eta's first, then the gained ones in incidence order) and their activations."""
         cfg = self.cfg
         inc = self.ctx.store("graph").sentence_incidence(self.ctx.boundary)
+        eta_mass = np.fromiter(eta.values(), dtype=float, count=len(eta))
         if not cfg.propagation_steps or not inc.sentence_ids:
-            return list(eta), np.fromiter(eta.values(), dtype=float, count=len(eta))
+            return list(eta), eta_mass
         w = np.maximum(self.ctx.sentence_relevance(inc.keys), 0.0)
         a = np.zeros(len(inc.entity_ids))
         for e, v in eta.items():
@@ -400,8 +401,8 @@ class ZeroMem:
             if top <= 0:
                 break
             a = a + gained * (cfg.propagation_weight * max(float(a.max(initial=0.0)), strongest_outside, 1e-9) / top)
-        gained = np.flatnonzero((a > 0) & ~active)
-        return list(eta) + inc.entity_array[gained].tolist(), np.concatenate([np.fromiter(eta.values(), dtype=float, count=len(eta)), a[gained]])
+        new = np.flatnonzero((a > 0) & ~active)
+        return list(eta) + inc.entity_array[new].tolist(), np.concatenate([eta_mass, a[new]])
 
     @property
     def graph_scores(self) -> np.ndarray | None:
