@@ -89,10 +89,10 @@ def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *
                     # Blocking here instead would stall the other agents sharing the consumer.
                     continue
                 records = [to_record(e) for e in events]
-                live = await pipeline._follow_catalog(pipeline._live[view])
-                live.runner.commit_group = False  # faust commits the group, after this batch is written
+                runner = await pipeline.live_runner(view)
+                runner.commit_group = False  # faust commits the group, after this batch is written
                 try:
-                    await live.runner.process(records)
+                    await runner.process(records)
                 except Exception:  # noqa: BLE001 - the runner already isolates bad records; keep the agent alive
                     log.exception("view=%s batch failed; it will be redelivered", view)
                     raise
@@ -111,9 +111,9 @@ def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *
         for view in views:
             if pipeline.control.paused(view):
                 continue
-            live = await pipeline._follow_catalog(pipeline._live[view])
-            live.runner.commit_group = False
-            while (await live.runner.step()).records:
+            runner = await pipeline.live_runner(view)
+            runner.commit_group = False
+            while (await runner.step()).records:
                 pass
 
     return app

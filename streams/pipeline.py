@@ -206,9 +206,13 @@ class Pipeline:
         self._live[live.view] = new
         return new
 
+    async def live_runner(self, view: ViewName) -> ProjectionRunner:
+        """The runner of the view's active generation (following a switch another process or
+        `replay` made), for a driver that feeds it batches itself (the Faust worker)."""
+        return (await self._follow_catalog(self._live[view])).runner
+
     async def step(self, view: ViewName) -> int:
-        live = await self._follow_catalog(self._live[view])
-        return (await live.runner.step()).records
+        return (await (await self.live_runner(view)).step()).records
 
     async def process_until_caught_up(self, on_progress: Callable[[str, Positions], None] | None = None,
                                       target: Positions | None = None) -> Positions:
