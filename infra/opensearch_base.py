@@ -33,7 +33,7 @@ from opensearchpy import exceptions as os_exc
 from infra.turn_docs import doc_turn, ledger_dump, micros, turn_doc
 from schemas.errors import MemstreamError, StoreError, TransientError
 from schemas.ordering import order_turns
-from schemas.ports.views import Boundary, ChangeSet, Forget, Positions, TurnRow, ViewName, scoped_version
+from schemas.ports.views import Boundary, ChangeSet, Forget, Positions, TurnRow, ViewName, once_per_request
 
 _PAGE = 10_000  # OpenSearch's default max_result_window: one request up to here, a scroll above
 _BULK_OPS = 1_000
@@ -282,10 +282,8 @@ class OpenSearchViewBase:
             return {}
         return {int(p): int(o) for p, o in resp["_source"]["positions"].items()}
 
+    @once_per_request
     def conversation_version(self, tenant_id: str, conversation_id: str | None) -> int:
-        return scoped_version(self, ("version", tenant_id, conversation_id), lambda: self._read_version(tenant_id, conversation_id))
-
-    def _read_version(self, tenant_id: str, conversation_id: str | None) -> int:
         """OpenSearch's own per-document `_version` is the counter: every write of a
         conversation's version document increments it (no scripting needed)."""
         with self._translate("reading conversation versions"):

@@ -35,7 +35,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 from infra.turn_docs import doc_turn, ledger_dump, micros, turn_doc
 from schemas.errors import MemstreamError, StoreError, TransientError
 from schemas.ordering import order_turns
-from schemas.ports.views import Boundary, Forget, Positions, TurnRow, ViewName, scoped_version
+from schemas.ports.views import Boundary, Forget, Positions, TurnRow, ViewName, once_per_request
 
 _NS = uuid.uuid5(uuid.NAMESPACE_URL, "memstream")
 _PAGE = 1_000
@@ -239,10 +239,8 @@ class QdrantViewBase:
             got = self._qd().retrieve(self.ledger, [_POSITIONS])
         return {int(p): int(o) for p, o in got[0].payload["positions"].items()} if got else {}
 
+    @once_per_request
     def conversation_version(self, tenant_id: str, conversation_id: str | None) -> int:
-        return scoped_version(self, ("version", tenant_id, conversation_id), lambda: self._read_version(tenant_id, conversation_id))
-
-    def _read_version(self, tenant_id: str, conversation_id: str | None) -> int:
         with self._translate("reading conversation versions"):
             if conversation_id is not None:
                 got = self._qd().retrieve(self.ledger, [_conv_point(tenant_id, conversation_id)])

@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 
 from schemas.errors import StoreError
 from schemas.ordering import order_turns
-from schemas.ports.views import Boundary, ChangeSet, Forget, Positions, TurnRow, ViewName, scoped_version
+from schemas.ports.views import Boundary, ChangeSet, Forget, Positions, TurnRow, ViewName, once_per_request
 
 _LEDGER_SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -131,10 +131,8 @@ class SqliteViewBase:
     def positions(self) -> Positions:
         return dict(self._conn().execute("SELECT partition, next_offset FROM positions").fetchall())
 
+    @once_per_request
     def conversation_version(self, tenant_id: str, conversation_id: str | None) -> int:
-        return scoped_version(self, ("version", tenant_id, conversation_id), lambda: self._read_version(tenant_id, conversation_id))
-
-    def _read_version(self, tenant_id: str, conversation_id: str | None) -> int:
         if conversation_id is None:
             row = self._conn().execute("SELECT COALESCE(SUM(version), 0) FROM conv_versions WHERE tenant_id=?", (tenant_id,)).fetchone()
         else:

@@ -84,7 +84,7 @@ from infra.neo4j_base import connect, drop_generation_data, ensure_schema, proje
 from schemas.errors import MemstreamError, StoreError
 from schemas.ordering import order_turns
 from schemas.ports.graph import EntityMatch, GraphChangeSet, SentenceIncidence
-from schemas.ports.views import Boundary, Forget, Positions, TurnRow, scoped_version
+from schemas.ports.views import Boundary, Forget, Positions, TurnRow, once_per_request
 
 log = logging.getLogger(__name__)
 
@@ -282,10 +282,8 @@ class Neo4jGraphStore:
                            view=VIEW)
         return {r["p"]: r["o"] for r in rows}
 
+    @once_per_request
     def conversation_version(self, tenant_id: str, conversation_id: str | None) -> int:
-        return scoped_version(self, ("version", tenant_id, conversation_id), lambda: self._read_version(tenant_id, conversation_id))
-
-    def _read_version(self, tenant_id: str, conversation_id: str | None) -> int:
         cond = "" if conversation_id is None else " AND v.conversation_id = $conv"
         rows = self._query("reading conversation versions",
                            f"MATCH (v:MemstreamVersion) WHERE v.view = $view AND v.gen = $gen AND v.tenant_id = $tenant{cond} "
@@ -548,12 +546,10 @@ class Neo4jGraphStore:
             self._drop_projection(old)
         return name, nodes
 
+    @once_per_request
     def _versions(self, b: Boundary) -> tuple:
         """The boundary's conversation versions: any write to it changes them (read once per
         request: every boundary-wide read keys its cache on them)."""
-        return scoped_version(self, ("versions", self._boundary_key(b)), lambda: self._read_versions(b))
-
-    def _read_versions(self, b: Boundary) -> tuple:
         _, params = _scope(b)
         return tuple((r["c"], r["v"]) for r in self._query(
             "reading conversation versions",

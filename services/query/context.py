@@ -123,12 +123,16 @@ class QueryContext:
         return self._cache[key]
 
     def bm25_all(self) -> None:
-        """Score every unit kind in one BM25 search, for a strategy that will read several kinds
-        (three searches, one per kind, cost ~2x more: three query set-ups)."""
+        """Score every unit kind in one BM25 search and place the scores on every level (turns,
+        each window size, episodes), for a strategy that will read several kinds (three
+        searches, one per kind, cost ~2x more: three query set-ups)."""
         if ("bm25-raw", None) not in self._cache:
             limit = max(sum(self._count(kind) for kind in ("turn", "window", "episode")), 1)
             with self.timed("lexical"):
                 self._cache[("bm25-raw", None)] = self.store("lexical").score_units(None, self.lexical_query, self.boundary, limit)
+            self.bm25("turn"), self.bm25("episode")
+            for size in self.corpus.windows:
+                self.bm25("window", size)
 
     def _bm25_raw(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
         """The engine's (keys, scores) covering `kind`: the all-kinds search if one was made,

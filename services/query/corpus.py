@@ -56,6 +56,7 @@ class Corpus:
     episodes: Level
     by_unit: dict[str, TraceUnit] = field(default_factory=dict)
     keys: KeyIndex = field(default_factory=lambda: KeyIndex([]))  # turn unit_key -> position
+    _turn_refs: list[TurnRef | None] | None = field(default=None, init=False, repr=False, compare=False)  # turn_ref's, filled lazily
 
     @property
     def n(self) -> int:
@@ -72,9 +73,9 @@ class Corpus:
     def turn_ref(self, i: int) -> TurnRef:
         """Turn i's provenance as the responses carry it. Built once per corpus (the corpus is
         rebuilt when the boundary's data changes) and shared by responses, which never mutate it."""
-        refs = self.__dict__.get("_turn_refs")
-        if refs is None:
-            refs = self.__dict__["_turn_refs"] = [None] * self.n
+        if self._turn_refs is None:
+            self._turn_refs = [None] * self.n
+        refs = self._turn_refs
         ref = refs[i]
         if ref is None:
             t = self.turns[i]

@@ -486,9 +486,6 @@ class ZeroMem:
         keyword nodes the graph view activates."""
         self.profile
         self.ctx.bm25_all()
-        self.ctx.bm25("turn"), self.ctx.bm25("episode")
-        for size in self.corpus.windows:
-            self.ctx.bm25("window", size)
         self.lexcov, self.compat, self.label_flags, self.keyword_nodes
 
     def scores(self, mode: str = "zero-mem") -> tuple[np.ndarray, dict[int, float], np.ndarray]:
