@@ -55,13 +55,15 @@ elif [ ! -f tests/browser/node_modules/.package-lock.json ] \
     || missing "npm ci in tests/browser failed (the dashboard browser test needs playwright-core)"
 fi
 
-# Real servers: Kafka, OpenSearch and Neo4j + GDS (start.sh prints KAFKA_BOOTSTRAP=... /
-# OPENSEARCH_URL=... / NEO4J_URI=..., exported below as MEMSTREAM_TEST_*; neo4j needs a JDK >= 21,
-# which start.sh finds beside the default JDK).
-SERVERS=${MEMSTREAM_TEST_SERVERS-kafka opensearch neo4j}
+# Real servers: Kafka, OpenSearch, Neo4j + GDS and Qdrant (start.sh prints KAFKA_BOOTSTRAP=... /
+# OPENSEARCH_URL=... / NEO4J_URI=... / QDRANT_URL=..., exported below as MEMSTREAM_TEST_*; neo4j needs
+# a JDK >= 21, which start.sh finds beside the default JDK; qdrant is the native binary at
+# ../shared/bin/qdrant or $MEMSTREAM_QDRANT_BIN).
+SERVERS=${MEMSTREAM_TEST_SERVERS-kafka opensearch neo4j qdrant}
 [ -n "${MEMSTREAM_TEST_KAFKA:-}" ] && SERVERS=${SERVERS//kafka/}
 [ -n "${MEMSTREAM_TEST_OPENSEARCH:-}" ] && SERVERS=${SERVERS//opensearch/}
 [ -n "${MEMSTREAM_TEST_NEO4J:-}" ] && SERVERS=${SERVERS//neo4j/}
+[ -n "${MEMSTREAM_TEST_QDRANT:-}" ] && SERVERS=${SERVERS//qdrant/}
 export MEMSTREAM_PYTHON=$PWD/.venv/bin/python
 state=$(mktemp -d "${TMPDIR:-/tmp}/memstream-test-servers.XXXXXX")
 rc=1
@@ -71,17 +73,18 @@ cleanup() {  # every server of the list, also one whose start was interrupted (i
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM   # run the EXIT trap (stop the servers) on Ctrl-C / kill too
-read -r KAFKA_PORT KAFKA_CONTROLLER_PORT NEO4J_BOLT_PORT OPENSEARCH_PORT OPENSEARCH_TRANSPORT_PORT \
-  < <(.venv/bin/python -c "from tests.integration.servers import free_ports; print(*free_ports(5))")
-export KAFKA_PORT KAFKA_CONTROLLER_PORT NEO4J_BOLT_PORT OPENSEARCH_PORT OPENSEARCH_TRANSPORT_PORT
+read -r KAFKA_PORT KAFKA_CONTROLLER_PORT NEO4J_BOLT_PORT OPENSEARCH_PORT OPENSEARCH_TRANSPORT_PORT QDRANT_HTTP_PORT QDRANT_GRPC_PORT \
+  < <(.venv/bin/python -c "from tests.integration.servers import free_ports; print(*free_ports(7))")
+export KAFKA_PORT KAFKA_CONTROLLER_PORT NEO4J_BOLT_PORT OPENSEARCH_PORT OPENSEARCH_TRANSPORT_PORT QDRANT_HTTP_PORT QDRANT_GRPC_PORT
 for server in $SERVERS; do
-  if ! command -v java >/dev/null 2>&1; then missing "no java on PATH to run $server"; continue; fi
-  infra/servers/fetch.sh "$server" || { missing "could not fetch the $server jars"; continue; }
+  if [ "$server" != qdrant ] && ! command -v java >/dev/null 2>&1; then missing "no java on PATH to run $server"; continue; fi
+  infra/servers/fetch.sh "$server" || { missing "could not fetch the $server jars (or find the qdrant binary)"; continue; }
   out=$(infra/servers/start.sh "$server" --data "$state") || { missing "$server did not start"; continue; }
   case $out in
     KAFKA_BOOTSTRAP=*) export MEMSTREAM_TEST_KAFKA=${out#*=};;
     NEO4J_URI=*) export MEMSTREAM_TEST_NEO4J=${out#*=};;
     OPENSEARCH_URL=*) export MEMSTREAM_TEST_OPENSEARCH=${out#*=};;
+    QDRANT_URL=*) export MEMSTREAM_TEST_QDRANT=${out#*=};;
   esac
 done
 

@@ -112,6 +112,12 @@ def neo4j_uri():
     yield from _server("neo4j")
 
 
+@pytest.fixture(scope="session")
+def qdrant_url():
+    """A Qdrant server: http://host:port?grpc_port=N."""
+    yield from _server("qdrant")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """Under CI=true an integration test that skipped (no Java, no kcat, …) fails: CI must

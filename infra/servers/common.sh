@@ -13,7 +13,7 @@ SERVERS_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$SERVERS_SRC/../.." && pwd)"
 MEMSTREAM_CACHE="${MEMSTREAM_CACHE:-$HOME/.cache/memstream}"
 M2_REPO="$MEMSTREAM_CACHE/m2"
-KNOWN_SERVERS="kafka neo4j opensearch"
+KNOWN_SERVERS="kafka neo4j opensearch qdrant"
 ALL_NAMES="$KNOWN_SERVERS neo4j-lts"   # neo4j-lts: Java 17 fallback (Neo4j 5.26 + GDS 2.13)
 
 die() { echo "ERROR: $*" >&2; exit 1; }
@@ -52,6 +52,16 @@ server_java_home() {
   done
   [ -n "$best" ] || die "no JDK >= $min under /usr/lib/jvm (set NEO4J_JAVA_HOME, or use the Java 17 fallback server neo4j-lts)"
   echo "$best"
+}
+
+# The Qdrant server is a native binary, not a jar set: $MEMSTREAM_QDRANT_BIN, else the build provided
+# beside the clone (../shared/bin/qdrant), else `qdrant` on PATH. Prints nothing when there is none.
+qdrant_bin() {
+  local b
+  for b in "${MEMSTREAM_QDRANT_BIN:-}" "$REPO_ROOT/../shared/bin/qdrant" "$(command -v qdrant 2>/dev/null || true)"; do
+    [ -n "$b" ] && [ -x "$b" ] && { echo "$(cd "$(dirname "$b")" && pwd)/$(basename "$b")"; return 0; }
+  done
+  return 0
 }
 
 server_cache() { echo "$MEMSTREAM_CACHE/servers/$1"; }

@@ -2,13 +2,20 @@
 # Fetch runtime jars for one or more servers with mvn (dependency:copy-dependencies of the
 # server's pom.xml) into $MEMSTREAM_CACHE/servers/<name>/lib and compile the small Java launchers.
 # Skips all work when lib/.stamp matches the pom's hash and the launcher jar exists.
-#   usage: fetch.sh [kafka|neo4j|opensearch|neo4j-lts|all]...   (default: all = kafka neo4j opensearch)
+#   usage: fetch.sh [kafka|neo4j|opensearch|qdrant|neo4j-lts|all]...   (default: all = kafka neo4j opensearch qdrant)
+# (qdrant is a native binary: 'fetching' it only checks that it is there, see qdrant_bin in common.sh)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 fetch_one() {
   local name=$1 lib stamp want tmp jar jh
   check_name "$name"
+  if [ "$name" = qdrant ]; then  # a native binary: nothing to fetch, only to find
+    local bin; bin=$(qdrant_bin)
+    [ -n "$bin" ] || die "qdrant: no server binary (set MEMSTREAM_QDRANT_BIN, or provide ../shared/bin/qdrant)"
+    log "qdrant: $("$bin" --version 2>/dev/null | head -1) at $bin"
+    return 0
+  fi
   lib=$(server_lib "$name"); want=$(pom_hash "$name")
   stamp=$(cat "$lib/.stamp" 2>/dev/null || true)
   if [ "$stamp" = "$want" ]; then

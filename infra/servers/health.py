@@ -1,14 +1,18 @@
 """Readiness probe used by start.sh: polls a server with its real Python client until it answers.
 
-usage: python health.py <kafka|neo4j|opensearch> <address> <timeout-seconds> [pid]
+usage: python health.py <kafka|neo4j|opensearch|qdrant> <address> <timeout-seconds> [pid]
   kafka:      address = host:port   -> AIOKafkaAdminClient.describe_cluster() and
                                        find_coordinator() (creates __consumer_offsets, so the
                                        first consumer group of a test does not have to wait)
   neo4j:      address = bolt URI    -> RETURN gds.version() through the neo4j driver
   opensearch: address = http URL    -> cluster health green/yellow through opensearch-py
+  qdrant:     address = http URL?grpc_port=N -> GET /readyz ("all shards are ready"), then
+                                       get_collections() over gRPC through qdrant-client (API
+                                       key from $QDRANT_API_KEY when the server has one)
 Exits 0 when healthy, 1 on timeout or when <pid> dies (prints the last error).
 """
 import asyncio
+import json
 import os
 import sys
 import time
@@ -65,10 +69,35 @@ def opensearch_probe(addr):
     return f"opensearch {c.info()['version']['number']} status={h['status']}"
 
 
+def qdrant_probe(addr):
+    """addr = http://host:port?grpc_port=N: both APIs must answer (gRPC opens after REST, and
+    later still when the server reloads collections after a restart)."""
+    import urllib.request
+    from urllib.parse import urlparse
+
+    from qdrant_client import QdrantClient
+
+    url = urlparse(addr)
+    base, grpc_port = f"{url.scheme}://{url.netloc}", int(url.query.removeprefix("grpc_port=") or 6334)
+    key = os.environ.get("QDRANT_API_KEY") or None
+    with urllib.request.urlopen(f"{base}/readyz", timeout=5) as resp:  # answered without a key
+        body = resp.read().decode()
+    if "all shards are ready" not in body:
+        raise RuntimeError(f"/readyz answered {body[:80]!r}")
+    request = urllib.request.Request(f"{base}/", headers={"api-key": key} if key else {})
+    version = json.loads(urllib.request.urlopen(request, timeout=5).read())["version"]
+    client = QdrantClient(host=url.hostname, port=url.port, grpc_port=grpc_port, prefer_grpc=True, api_key=key, timeout=5,
+                          check_compatibility=False)
+    try:
+        return f"qdrant {version}, {len(client.get_collections().collections)} collections (REST and gRPC)"
+    finally:
+        client.close()
+
+
 def main():
     name, addr, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
     pid = int(sys.argv[4]) if len(sys.argv) > 4 else 0
-    probe = {"kafka": kafka_probe, "neo4j": neo4j_probe, "opensearch": opensearch_probe}[name]
+    probe = {"kafka": kafka_probe, "neo4j": neo4j_probe, "opensearch": opensearch_probe, "qdrant": qdrant_probe}[name]
     deadline = time.monotonic() + timeout
     last = "no attempt"
     while time.monotonic() < deadline:

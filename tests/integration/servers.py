@@ -42,7 +42,20 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def qdrant_binary() -> Path | None:
+    """The Qdrant server binary (infra/servers/common.sh's qdrant_bin, same order)."""
+    for candidate in (os.environ.get("MEMSTREAM_QDRANT_BIN"), REPO.parent / "shared/bin/qdrant", shutil.which("qdrant")):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return Path(candidate)
+    return None
+
+
 def _check_tools(name: str) -> None:
+    if name == "qdrant":
+        if qdrant_binary() is None:
+            raise Unavailable("qdrant not tested: no Qdrant server binary (../shared/bin/qdrant, MEMSTREAM_QDRANT_BIN or `qdrant` "
+                              "on PATH), or set MEMSTREAM_TEST_QDRANT to a running server's URL")
+        return
     if shutil.which("java") is None:
         raise Unavailable(f"{name} not tested: no `java` on PATH (install a JDK >= 17, or set the server's "
                           f"MEMSTREAM_TEST_* address)")
@@ -74,6 +87,41 @@ def _server(name: str, env_var: str, output_key: str, port_vars: tuple[str, ...]
 
 
 @contextmanager
+def private_qdrant(api_key: str | None = None) -> Iterator[tuple[str, Path, dict[str, str]]]:
+    """A Qdrant server of the caller's own (e.g. with an API key, or to be killed and restarted):
+    (URL as `qdrant()` yields it, state directory, the environment start.sh/stop.sh need)."""
+    _check_tools("qdrant")
+    state = Path(tempfile.mkdtemp(prefix="memstream-test-qdrant-"))
+    http, grpc = free_ports(2)
+    env = {**os.environ, "QDRANT_HTTP_PORT": str(http), "QDRANT_GRPC_PORT": str(grpc), "MEMSTREAM_PYTHON": sys.executable}
+    if api_key:
+        env["QDRANT_API_KEY"] = api_key
+    try:
+        start_qdrant(state, env)
+        yield f"http://127.0.0.1:{http}?grpc_port={grpc}", state, env
+    finally:
+        subprocess.run([str(SERVERS / "stop.sh"), "qdrant", "--data", str(state)], env=env, capture_output=True, timeout=60)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def start_qdrant(state: Path, env: dict[str, str]) -> None:
+    """(Re)start the Qdrant server whose state is in `state` (its storage survives restarts)."""
+    started = subprocess.run([str(SERVERS / "start.sh"), "qdrant", "--data", str(state)], env=env, capture_output=True, text=True, timeout=120)
+    if started.returncode != 0:
+        raise RuntimeError(f"infra/servers/start.sh qdrant failed:\n{started.stderr[-4000:]}")
+
+
+def kill_qdrant(state: Path) -> None:
+    """SIGKILL the server (no clean shutdown: what was acknowledged must survive)."""
+    pid_file = state / "qdrant" / "qdrant.pid"
+    pid = int(pid_file.read_text())
+    os.kill(pid, signal.SIGKILL)
+    while Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text(errors="replace").lower():
+        time.sleep(0.05)
+    pid_file.unlink()
+
+
+@contextmanager
 def kafka(env_var: str = "MEMSTREAM_TEST_KAFKA") -> Iterator[str]:
     """Yields a Kafka bootstrap address (host:port)."""
     with _server("kafka", env_var, "KAFKA_BOOTSTRAP", ("KAFKA_PORT", "KAFKA_CONTROLLER_PORT"), "kafka://") as address:
@@ -92,6 +140,45 @@ def neo4j(env_var: str = "MEMSTREAM_TEST_NEO4J") -> Iterator[str]:
     """Yields a Neo4j Bolt URI (bolt://host:port) of a server with the GDS library."""
     with _server("neo4j", env_var, "NEO4J_URI", ("NEO4J_BOLT_PORT",)) as uri:
         yield uri
+
+
+@contextmanager
+def qdrant(env_var: str = "MEMSTREAM_TEST_QDRANT") -> Iterator[str]:
+    """Yields a Qdrant server URL: http://host:port?grpc_port=N (the REST port, and the gRPC one)."""
+    with _server("qdrant", env_var, "QDRANT_URL", ("QDRANT_HTTP_PORT", "QDRANT_GRPC_PORT")) as url:
+        yield url
+
+
+def qdrant_view_url(server_url: str, prefix: str, *, grpc: bool = True) -> str:
+    """MEMSTREAM_VIEWS_DENSE_URL for the Qdrant server at `server_url` (as `qdrant()` yields it)."""
+    from urllib.parse import parse_qs, urlparse
+
+    parsed = urlparse(server_url)
+    query = f"prefix={prefix}"
+    grpc_port = parse_qs(parsed.query).get("grpc_port", [None])[0]
+    if grpc and grpc_port:
+        query += f"&grpc_port={grpc_port}"
+    return f"qdrant://{parsed.netloc}?{query}"
+
+
+def qdrant_test_client(server_url: str, *, grpc: bool = True):
+    """A client of the test Qdrant server built the way the registry builds it from a view URL."""
+    from infra.registry import Registry
+    from infra.settings import Settings
+
+    url = qdrant_view_url(server_url, "unused", grpc=grpc)
+    return Registry(Settings.load(views={"dense_url": url}))._qdrant(url)
+
+
+def drop_qdrant_prefix(server_url: str, prefix: str) -> None:
+    """Delete every collection (and so its aliases) a test made under `prefix` on the shared server."""
+    client = qdrant_test_client(server_url, grpc=False)
+    try:
+        for c in client.get_collections().collections:
+            if c.name.startswith(prefix + "-"):
+                client.delete_collection(c.name)
+    finally:
+        client.close()
 
 
 def kcat_publish(bootstrap: str, topic: str, events) -> int:
