@@ -29,6 +29,7 @@ import uuid
 from contextlib import contextmanager
 from typing import Iterable, Iterator
 
+import grpc
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
@@ -61,13 +62,36 @@ def point_uuid(*parts: str) -> str:
 
 
 # -- client & errors ----------------------------------------------------------------------------
+def connect(host_port: str, *, https: bool = False, grpc_port: int | None = None, api_key: str | None = None,
+            timeout: float = 30.0) -> QdrantClient:
+    """A client of a Qdrant server. With `grpc_port` every call goes over gRPC (protobuf, one
+    HTTP/2 connection), which is what the query path wants: a boundary's score_units returns
+    every admissible point, and JSON decoding of that was most of a REST call's time. No I/O
+    happens here; the first call connects. `check_compatibility=False`: the client is pinned
+    to the server's minor version in requirements.lock, so the start-up version probe (one
+    more round trip, and a warning in every process) adds nothing."""
+    host, _, port = host_port.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"expected host:port, got {host_port!r}")
+    return QdrantClient(host=host, port=int(port), https=https, grpc_port=grpc_port or 6334, prefer_grpc=grpc_port is not None,
+                        api_key=api_key, timeout=int(timeout), check_compatibility=False,
+                        grpc_options=dict(GRPC_OPTIONS))  # a copy: the client adds its user agent to the dict it is given
+
+
+# gRPC backs off between reconnection attempts up to 120 s by default, and channels to one address
+# share that state: after a Qdrant restart every call failed at once for minutes although the
+# server was up (seen in tests/integration/test_qdrant_server.py). Retry the connection at most
+# every second instead; callers back off themselves (TransientError).
+GRPC_OPTIONS = {"grpc.initial_reconnect_backoff_ms": 100, "grpc.min_reconnect_backoff_ms": 100, "grpc.max_reconnect_backoff_ms": 1000}
+
+
 def open_client(location: str | QdrantClient) -> QdrantClient:
     """`http(s)://host:port` (a server), `:memory:`, or a directory (qdrant-client's local mode:
     the same API in-process, one process per directory). Local mode opens its storage here."""
     if isinstance(location, QdrantClient):
         return location
     if location.startswith(("http://", "https://")):
-        return QdrantClient(url=location)
+        return QdrantClient(url=location, check_compatibility=False)
     if location == ":memory:":
         return QdrantClient(location=":memory:")
     return QdrantClient(path=location)
@@ -81,22 +105,50 @@ def is_local(client: QdrantClient) -> bool:
 
 
 def describe(location: str | QdrantClient) -> str:
-    return location if isinstance(location, str) else "the given QdrantClient"
+    """Where the store is, for error messages: a URL or path (never the API key)."""
+    if isinstance(location, str):
+        return location
+    o = location.init_options
+    if o.get("path") or o.get("location") == ":memory:":
+        return f"local storage {o.get('path') or ':memory:'}"
+    scheme = "https" if o.get("https") else "http"
+    where = o.get("url") or f"{scheme}://{o.get('host') or 'localhost'}:{o.get('port') or 6333}"
+    return where + (f" (gRPC port {o.get('grpc_port')})" if o.get("prefer_grpc") else "")
+
+
+# gRPC status codes that mean "try again": the server is down, restarting, overloaded or slow.
+_GRPC_TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                   grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED}
+_GRPC_AUTH = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
+_AUTH_HINT = "check MEMSTREAM_VIEWS_QDRANT_API_KEY against the server's api_key (QDRANT__SERVICE__API_KEY)"
 
 
 @contextmanager
 def translated(location: str | QdrantClient, what: str) -> Iterator[None]:
-    """Client errors -> TransientError (retry with back-off) or StoreError (operator action)."""
+    """Client errors -> TransientError (retry with back-off) or StoreError (operator action).
+    The client raises three families: REST (UnexpectedResponse / ResponseHandlingException),
+    gRPC (grpc.RpcError, when the URL names a grpc_port) and local mode's Python exceptions."""
     where = describe(location)
     try:
         yield
     except MemstreamError:
         raise
+    except grpc.RpcError as exc:
+        code, details = exc.code(), (exc.details() or "")[:300]
+        if code in _GRPC_TRANSIENT:
+            raise TransientError(f"Qdrant at {where} is unreachable or overloaded while {what} (gRPC {code.name}: {details}); "
+                                 "check that it is up; the operation is retried") from None
+        if code in _GRPC_AUTH:
+            raise StoreError(f"Qdrant at {where} refused the credentials while {what} (gRPC {code.name}); {_AUTH_HINT}") from None
+        raise StoreError(f"Qdrant at {where} refused {what} (gRPC {code.name}: {details}); check the Qdrant log and the collection's "
+                         "configuration (a collection made by another memstream version needs a new generation: memstream replay)") from None
     except (ResponseHandlingException, ConnectionError, TimeoutError) as exc:
         raise TransientError(f"Qdrant at {where} is unreachable while {what} ({exc}); check that it is up; the operation is retried") from exc
     except UnexpectedResponse as exc:
         if exc.status_code in (429, 502, 503, 504):
             raise TransientError(f"Qdrant at {where} is overloaded or unavailable while {what} (HTTP {exc.status_code}); retried") from exc
+        if exc.status_code in (401, 403):
+            raise StoreError(f"Qdrant at {where} refused the credentials while {what} (HTTP {exc.status_code}); {_AUTH_HINT}") from None
         raise StoreError(f"Qdrant at {where} refused {what} (HTTP {exc.status_code}: {exc.content[:300]!r}); check the Qdrant log and "
                          "the collection's configuration (a collection made by another memstream version needs a new generation: "
                          "memstream replay)") from exc
@@ -150,7 +202,8 @@ def _conv_point(tenant_id: str, conversation_id: str) -> str:
     return point_uuid("conv", json.dumps([tenant_id, conversation_id]))
 
 
-_POSITIONS = point_uuid("positions")
+def _position_point(partition: int) -> str:
+    return point_uuid("position", str(partition))
 _LEDGER_INDEXES = {name: models.PayloadSchemaType.KEYWORD for name in ("type", "tenant_id", "conversation_id", "session_id", "event_id", "turn_id")}
 
 
@@ -204,12 +257,21 @@ class QdrantViewBase:
             self._known.add(name)
         return name in self._known
 
-    def _create(self, name: str, vectors: models.VectorParams | dict, indexes: dict) -> None:
+    def _create(self, name: str, vectors: models.VectorParams | dict, indexes: dict, **options) -> None:
+        """Create a collection and its payload indexes unless they exist. Workers sharing a
+        consumer group may race to create the same collection: the loser finds it made. Index
+        creation is idempotent on the server and always sent once per process, so a writer that
+        died between the two calls leaves no collection without its indexes."""
         client = self._connection()
         with self._lock, self._translate(f"creating collection {name}"):
-            if self._exists(name):
+            if name in self._known:
                 return
-            client.create_collection(name, vectors_config=vectors)
+            if not client.collection_exists(name):
+                try:
+                    client.create_collection(name, vectors_config=vectors, **({} if is_local(client) else options))
+                except Exception:
+                    if not client.collection_exists(name):  # a real failure, not a lost race
+                        raise
             if not is_local(client):
                 for field, schema in indexes.items():
                     client.create_payload_index(name, field, schema, wait=True)
@@ -236,8 +298,9 @@ class QdrantViewBase:
     # -- positions & versions ------------------------------------------------------------
     def positions(self) -> Positions:
         with self._translate("reading positions"):
-            got = self._qd().retrieve(self.ledger, [_POSITIONS])
-        return {int(p): int(o) for p, o in got[0].payload["positions"].items()} if got else {}
+            self._qd()
+            points = self._scroll(self.ledger, models.Filter(must=[match("type", "position")]))
+        return {int(p.payload["partition"]): int(p.payload["offset"]) for p in points}
 
     @once_per_request
     def conversation_version(self, tenant_id: str, conversation_id: str | None) -> int:
@@ -313,6 +376,8 @@ class QdrantViewBase:
                 models.PointStruct(id=pid, vector={}, payload={"type": "conv", "tenant_id": t, "conversation_id": c, "version": current.get(pid, 0) + 1})
                 for pid, (t, c) in zip(ids, sorted(touched))
             ], wait=True)
-        merged = {**self.positions(), **positions}  # partitions not named keep their offset
-        client.upsert(self.ledger, [models.PointStruct(id=_POSITIONS, vector={}, payload={
-            "type": "positions", "positions": {str(p): o for p, o in merged.items()}})], wait=True)
+        # One point per partition, written blind: workers that share a consumer group write
+        # their own partitions' points, so no read-modify-write can lose another's progress.
+        if positions:
+            client.upsert(self.ledger, [models.PointStruct(id=_position_point(p), vector={}, payload={
+                "type": "position", "partition": int(p), "offset": int(o)}) for p, o in sorted(positions.items())], wait=True)

@@ -9,7 +9,8 @@ client. An unknown scheme raises ConfigurationError naming what is accepted.
 | log       | sqlite://[path]     | kafka://host:port[,host:port][?replication_factor=N]           |
 | hierarchy | sqlite://           | opensearch://host:port[?prefix=memstream] (opensearchs:// TLS) |
 | lexical   | tantivy://          | opensearch://host:port[?prefix=memstream]                      |
-| dense     | sqlite://           | qdrant://host:port[?prefix=…] or qdrant+local://[path]         |
+| dense     | sqlite://           | qdrant://host:port[?prefix=…&grpc_port=N] (qdrants:// TLS),    |
+|           |                     | or qdrant+local://[path] (qdrant-client's in-process mode)     |
 | graph     | sqlite://           | neo4j://host:port or bolt://host:port                          |
 
 Each view's generations are tracked by its backend's catalog (a SQLite file for embedded views,
@@ -32,7 +33,7 @@ ACCEPTED = {
     "log": ("sqlite", "kafka"),
     "hierarchy": ("sqlite", "opensearch", "opensearchs"),
     "lexical": ("tantivy", "opensearch", "opensearchs"),
-    "dense": ("sqlite", "qdrant", "qdrant+local"),
+    "dense": ("sqlite", "qdrant", "qdrants", "qdrant+local"),
     "graph": ("sqlite", "neo4j", "bolt", "neo4j+s", "bolt+s"),
 }
 EMBEDDED = ("sqlite", "tantivy")
@@ -208,7 +209,10 @@ class Registry:
         raise ConfigurationError(f"unknown view {view!r}")
 
     def _qdrant(self, url: str):
-        """One client per Qdrant location and process: local mode allows a single opener."""
+        """One client per Qdrant location and process: local mode allows a single opener, and a
+        server client keeps its connections warm. `grpc_port=N` in the URL sends every call over
+        gRPC (the faster path for the query service); without it the client speaks REST. The API
+        key comes from MEMSTREAM_VIEWS_QDRANT_API_KEY, never from the URL (URLs get logged)."""
         scheme, rest = _scheme(url, "dense")
         with self._lock:
             client = self._qdrant_clients.get(url)
@@ -220,7 +224,17 @@ class Registry:
                     path.mkdir(parents=True, exist_ok=True)
                     client = QdrantClient(path=str(path))
                 else:
-                    client = QdrantClient(url=_http(url))
+                    from infra.qdrant_base import connect
+
+                    grpc = _option(url, "grpc_port", "")
+                    if grpc and not grpc.isdigit():
+                        raise ConfigurationError(f"bad Qdrant URL {url!r}: grpc_port must be a port number")
+                    key = self.settings.views.qdrant_api_key
+                    try:
+                        client = connect(urlparse(url).netloc, https=scheme == "qdrants", grpc_port=int(grpc) if grpc else None,
+                                         api_key=key.get_secret_value() if key else None)
+                    except ValueError as exc:
+                        raise ConfigurationError(f"bad Qdrant URL {url!r}: {exc}; expected qdrant://host:port[?prefix=…&grpc_port=N]") from None
                 self._qdrant_clients[url] = client
             return client
 

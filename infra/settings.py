@@ -32,7 +32,9 @@ class ViewSettings(BaseSettings):
     model_config = _cfg("MEMSTREAM_VIEWS_")
     hierarchy_url: str = Field("sqlite://", description="sqlite:// (embedded) or opensearch://host:port[?prefix=memstream]")
     lexical_url: str = Field("tantivy://", description="tantivy:// (embedded) or opensearch://host:port[?prefix=memstream]")
-    dense_url: str = Field("sqlite://", description="sqlite:// (embedded, exact numpy search), qdrant://host:port or qdrant+local://[path]")
+    dense_url: str = Field("sqlite://", description="sqlite:// (embedded, exact numpy search), qdrant://host:port[?grpc_port=N] "
+                                                    "(qdrants:// for TLS) or qdrant+local://[path]")
+    qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server (sent as the api-key header / gRPC metadata).")
     graph_url: str = Field("sqlite://", description="sqlite:// (embedded, scipy PageRank) or neo4j://host:port (GDS PageRank)")
 
 

@@ -9,7 +9,10 @@ would normalise), the conversation versions and the positions.
 
 Scores are Qdrant's cosine similarities. Searches ask for exact search (`exact=True`): a
 boundary holds hundreds to thousands of points, where exact search is cheap and returns every
-admissible point, which `score_units` needs (HNSW with a selective filter may miss some).
+admissible point, which `score_units` needs (HNSW with a selective filter may miss some). The
+server finds a boundary's points through the keyword payload indexes (tenant, conversation, …)
+and scores them by brute force, so the collections are made without an HNSW graph (`m=0`):
+building one would spend the machine's cores during ingest on an index no query reads.
 """
 
 from __future__ import annotations
@@ -96,7 +99,8 @@ class QdrantVectorStore(QdrantViewBase):
                 upserts[p.collection].append(p)
             for collection, points in upserts.items():
                 name = self._name(collection)
-                self._create(name, models.VectorParams(size=len(points[0].vector), distance=models.Distance.COSINE), _POINT_INDEXES)
+                self._create(name, models.VectorParams(size=len(points[0].vector), distance=models.Distance.COSINE), _POINT_INDEXES,
+                             hnsw_config=models.HnswConfigDiff(m=0) if self.exact else None)
                 for i in range(0, len(points), _BATCH):
                     client.upsert(name, [
                         models.PointStruct(id=point_uuid(p.point_id), vector=np.asarray(p.vector, np.float32).tolist(), payload=_payload(p))
