@@ -16,26 +16,40 @@ from tests.contracts.builders import T0, check_versions_pinned_by_read_scope, ro
 pytestmark = pytest.mark.contract
 
 
-def _sqlite(tmp_path):
+def _sqlite(request, tmp_path):
     from infra.vectors.sqlite import SqliteVectorStore
 
     return SqliteVectorStore(tmp_path / "vectors.sqlite", 1)
 
 
-def _qdrant(tmp_path):
+def _qdrant_local(request, tmp_path):
     from infra.vectors.qdrant import QdrantVectorStore
 
-    # qdrant-client's local mode (no Qdrant server is obtainable here): the same client API,
-    # on disk in the test's own directory; the prefix keeps collection names unique anyway.
+    # qdrant-client's local mode: the same client API in-process, on disk in the test's own
+    # directory (the `qdrant+local://` option); the prefix keeps collection names unique anyway.
     return QdrantVectorStore(str(tmp_path / "qdrant"), f"contract-{uuid.uuid4().hex[:10]}", 1)
 
 
-ADAPTERS = {"sqlite": _sqlite, "qdrant": _qdrant}
+def _qdrant_server(request, tmp_path, *, grpc: bool):
+    from infra.vectors.qdrant import QdrantVectorStore
+    from tests.integration.servers import drop_qdrant_prefix, qdrant_test_client
+
+    # The real server, shared by the session: a fresh prefix per test, its collections deleted after.
+    client, prefix = qdrant_test_client(request.getfixturevalue("qdrant_url"), grpc=grpc), f"contract-{uuid.uuid4().hex[:10]}"
+    request.addfinalizer(lambda: drop_qdrant_prefix(request.getfixturevalue("qdrant_url"), prefix))
+    return QdrantVectorStore(client, prefix, 1)
 
 
-@pytest.fixture(params=sorted(ADAPTERS))
+ADAPTERS = {
+    "sqlite": _sqlite, "qdrant-local": _qdrant_local,
+    "qdrant-server-grpc": lambda r, t: _qdrant_server(r, t, grpc=True), "qdrant-server-rest": lambda r, t: _qdrant_server(r, t, grpc=False),
+}
+NEEDS_SERVER = {"qdrant-server-grpc", "qdrant-server-rest"}
+
+
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.integration) if name in NEEDS_SERVER else name for name in sorted(ADAPTERS)])
 def store(request, tmp_path):
-    s = ADAPTERS[request.param](tmp_path)
+    s = ADAPTERS[request.param](request, tmp_path)
     yield s
     s.close()
 

@@ -55,17 +55,28 @@ def _opensearch(request, tmp_path):
     return catalog
 
 
-def _qdrant(request, tmp_path):
+def _qdrant_local(request, tmp_path):
     from infra.catalog.qdrant import QdrantViewCatalog
 
-    # qdrant-client's local mode (no Qdrant server is obtainable here), in the test's directory.
+    # qdrant-client's local mode (the `qdrant+local://` option), in the test's directory.
     catalog = QdrantViewCatalog(str(tmp_path / "qdrant"), f"contract-{uuid.uuid4().hex[:10]}")
     request.addfinalizer(catalog.close)
     return catalog
 
 
-ADAPTERS = {"sqlite": _sqlite, "neo4j": _neo4j, "opensearch": _opensearch, "qdrant": _qdrant}
-NEEDS_SERVER = {"neo4j", "opensearch"}
+def _qdrant_server(request, tmp_path):
+    from infra.catalog.qdrant import QdrantViewCatalog
+    from tests.integration.servers import drop_qdrant_prefix, qdrant_test_client
+
+    # The real server: a fresh prefix per test; every collection it made (catalog, anchors) is deleted after.
+    client, prefix = qdrant_test_client(request.getfixturevalue("qdrant_url")), f"contract-{uuid.uuid4().hex[:10]}"
+    catalog = QdrantViewCatalog(client, prefix)
+    request.addfinalizer(lambda: (catalog.close(), drop_qdrant_prefix(request.getfixturevalue("qdrant_url"), prefix)))
+    return catalog
+
+
+ADAPTERS = {"sqlite": _sqlite, "neo4j": _neo4j, "opensearch": _opensearch, "qdrant-local": _qdrant_local, "qdrant-server": _qdrant_server}
+NEEDS_SERVER = {"neo4j", "opensearch", "qdrant-server"}
 
 
 @pytest.fixture(params=[pytest.param(name, marks=pytest.mark.integration) if name in NEEDS_SERVER else name for name in sorted(ADAPTERS)])

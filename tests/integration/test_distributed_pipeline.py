@@ -1,6 +1,6 @@
 """The distributed pipeline end to end on the real servers: events published through Kafka (the
 log adapter, and kcat as a foreign producer), projected by a `memstream worker` process (faust)
-into OpenSearch, Neo4j + GDS and Qdrant (local mode), then compared with the embedded pipeline
+into OpenSearch, Neo4j + GDS and the Qdrant server, then compared with the embedded pipeline
 fed the same events, queried, paused/resumed through the control topic, and replayed with an
 alias swap while queries keep running."""
 
@@ -40,8 +40,8 @@ REPO = servers.REPO
 QUESTION = "Where did they plan to travel?"
 
 
-def lag(settings: Settings, end: dict[int, int], views=("hierarchy", "lexical", "graph")) -> dict[str, int]:
-    """Lag read from each view's own positions (the worker owns Qdrant's local store while it runs)."""
+def lag(settings: Settings, end: dict[int, int], views=VIEW_NAMES) -> dict[str, int]:
+    """Lag read from each view's own positions, in its own store."""
     live = LiveViews(Registry(settings))
     try:
         return {v: sum(max(0, off - live.store(v).positions().get(p, 0)) for p, off in end.items()) for v in views}
@@ -70,16 +70,17 @@ def scrape(port: int) -> dict[tuple[str, str], float]:
 
 
 @pytest.fixture
-def stack(kafka_bootstrap, opensearch_url, neo4j_uri, tmp_path):
+def stack(kafka_bootstrap, opensearch_url, neo4j_uri, qdrant_url, tmp_path):
     servers.reset_neo4j_graph_view(neo4j_uri)
     prefix = f"e2e{uuid.uuid4().hex[:8]}"
     host = opensearch_url.removeprefix("http://")
-    return Settings.load(
+    yield Settings.load(
         data_dir=tmp_path / "distributed",
         log={"url": f"kafka://{kafka_bootstrap}", "topic": f"{prefix}.events", "partitions": 4},
         views={"hierarchy_url": f"opensearch://{host}?prefix={prefix}", "lexical_url": f"opensearch://{host}?prefix={prefix}",
-               "dense_url": f"qdrant+local://{tmp_path / 'qdrant'}?prefix={prefix}", "graph_url": neo4j_uri},
+               "dense_url": servers.qdrant_view_url(qdrant_url, prefix), "graph_url": neo4j_uri},
     )
+    servers.drop_qdrant_prefix(qdrant_url, prefix)
 
 
 def test_kafka_faust_workers_match_the_embedded_pipeline_and_replay_swaps_aliases(stack, models, tmp_path, kafka_bootstrap):
@@ -110,7 +111,8 @@ def test_kafka_faust_workers_match_the_embedded_pipeline_and_replay_swaps_aliase
         time.sleep(1.0)  # the workers read the control topic before their next batch
         extra = [e.model_copy(update={"event_id": e.event_id + "-late", "turn_index": e.turn_index + 100}) for e in events[:2]]
         end = asyncio.run(publish_own(extra))
-        until(lambda: (lg := lag(settings, end)) and lg["hierarchy"] == 0 and lg["graph"] == 0, "unpaused views", worker=worker, log=log_path)
+        until(lambda: (lg := lag(settings, end)) and lg["hierarchy"] == 0 and lg["graph"] == 0 and lg["dense"] == 0, "unpaused views",
+              worker=worker, log=log_path)
         assert lag(settings, end)["lexical"] == 2
         m = until(lambda: (s := scrape(metrics_port)).get(("memstream_projection_lag_events", "lexical")) == 2
                   and s.get(("memstream_projection_lag_events", "graph")) == 0 and s, "worker /metrics lag")
@@ -166,7 +168,6 @@ def test_kafka_faust_workers_match_the_embedded_pipeline_and_replay_swaps_aliase
                 failures.append(repr(exc))
 
     async def replay_all():
-        # The query side's registry: Qdrant's local mode admits one client per storage folder.
         pipeline = build_pipeline(settings, registry=registry)
         await pipeline.start_log()
         try:

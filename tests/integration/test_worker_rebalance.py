@@ -1,6 +1,7 @@
-"""Rebalances on real Kafka: two `memstream worker --projection lexical` processes share one
+"""Rebalances on real Kafka: two `memstream worker --projection VIEW` processes share one
 consumer group while events keep arriving; one joins mid-stream and the other leaves mid-stream.
-The OpenSearch view must end up exactly as the embedded pipeline builds it from the same events
+The view — lexical on OpenSearch, dense on the Qdrant server, whose writers then share one
+generation — must end up exactly as the embedded pipeline builds it from the same events
 (nothing lost, nothing applied twice), with every partition's position at the log's end."""
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ def events(start: int, stop: int):
             for i in range(start, stop)]
 
 
-def lexical_lag(settings: Settings, end: dict[int, int]) -> int:
+def view_lag(settings: Settings, view: str, end: dict[int, int]) -> int:
     live = LiveViews(Registry(settings))
     try:
-        positions = live.store("lexical").positions()
+        positions = live.store(view).positions()
     except TransientError:
         return -1
     finally:
@@ -41,16 +42,27 @@ def lexical_lag(settings: Settings, end: dict[int, int]) -> int:
     return sum(max(0, off - positions.get(p, 0)) for p, off in end.items())
 
 
-def test_workers_joining_and_leaving_the_group_neither_lose_nor_duplicate(kafka_bootstrap, opensearch_url, tmp_path, models):
+@pytest.fixture(params=["lexical", "dense"])
+def view_settings(request, kafka_bootstrap, tmp_path):
+    """(view, settings): the view on its server, the log on Kafka; the server's data is dropped after."""
     prefix = f"rb{uuid.uuid4().hex[:8]}"
-    host = opensearch_url.removeprefix("http://")
-    settings = Settings.load(data_dir=tmp_path / "dist", log={"url": f"kafka://{kafka_bootstrap}", "topic": f"{prefix}.events", "partitions": 4},
-                             views={"lexical_url": f"opensearch://{host}?prefix={prefix}"})
+    log = {"url": f"kafka://{kafka_bootstrap}", "topic": f"{prefix}.events", "partitions": 4}
+    if request.param == "lexical":
+        host = request.getfixturevalue("opensearch_url").removeprefix("http://")
+        yield "lexical", Settings.load(data_dir=tmp_path / "dist", log=log, views={"lexical_url": f"opensearch://{host}?prefix={prefix}"})
+    else:
+        qdrant_url = request.getfixturevalue("qdrant_url")
+        yield "dense", Settings.load(data_dir=tmp_path / "dist", log=log, views={"dense_url": servers.qdrant_view_url(qdrant_url, prefix)})
+        servers.drop_qdrant_prefix(qdrant_url, prefix)
+
+
+def test_workers_joining_and_leaving_the_group_neither_lose_nor_duplicate(view_settings, tmp_path, models):
+    view, settings = view_settings
     workers: dict[str, subprocess.Popen] = {}
 
     def start(name: str) -> None:
         ready = tmp_path / f"{name}.ready"
-        workers[name] = servers.spawn_worker(settings, tmp_path / f"{name}.log", ready, "--projection", "lexical",
+        workers[name] = servers.spawn_worker(settings, tmp_path / f"{name}.log", ready, "--projection", view,
                                              MEMSTREAM_RUNNER_BATCH_SIZE="5")
         deadline = time.monotonic() + 180
         while not ready.exists():
@@ -78,9 +90,9 @@ def test_workers_joining_and_leaving_the_group_neither_lose_nor_duplicate(kafka_
         stop("a")  # leaves: b takes over a's partitions
         end = asyncio.run(append(all_events[80:]))
         deadline = time.monotonic() + 300
-        while lexical_lag(settings, end) != 0:
+        while view_lag(settings, view, end) != 0:
             assert workers["b"].poll() is None, (tmp_path / "b.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the lexical view did not catch up"
+            assert time.monotonic() < deadline, f"the {view} view did not catch up"
             time.sleep(0.5)
     finally:
         for name in list(workers):
@@ -92,15 +104,15 @@ def test_workers_joining_and_leaving_the_group_neither_lose_nor_duplicate(kafka_
         try:
             await publish(pipeline, [json.loads(e.model_dump_json()) for e in all_events])
             await pipeline.process_until_caught_up()
-            return pipeline.store("lexical").canonical_dump()
+            return pipeline.store(view).canonical_dump()
         finally:
             await pipeline.close()
 
     live = LiveViews(Registry(settings))
     try:
-        store = live.store("lexical")
+        store = live.store(view)
         assert {p: o for p, o in store.positions().items() if o} == {p: o for p, o in end.items() if o}
         distributed = store.canonical_dump()
     finally:
         live.close()
-    assert_same_views(strip_positions({"lexical": asyncio.run(embedded())}), strip_positions({"lexical": distributed}))
+    assert_same_views(strip_positions({view: asyncio.run(embedded())}), strip_positions({view: distributed}), atol=1e-5)
