@@ -1,15 +1,18 @@
 """Embedded vs distributed, side by side in one run, on the LoCoMo dev split.
 
-    .venv/bin/python benchmarks/distributed.py [--conversations conv-30] [--kcat conv-30] [--out FILE]
+    .venv/bin/python benchmarks/distributed.py [--conversations conv-30] [--kcat conv-30]
+        [--qdrant grpc|rest|local] [--strategies zero-mem,bm25] [--no-replay] [--out FILE]
 
 The distributed stack is Apache Kafka (log), faust workers (projections), OpenSearch (hierarchy
-and lexical views), Neo4j + GDS (graph) and Qdrant's local mode (dense; no Qdrant server can
-be obtained here). Servers come from $MEMSTREAM_TEST_KAFKA / _OPENSEARCH / _NEO4J or are started
-with infra/servers. Events are published through the Kafka log adapter — one conversation with
-kcat as a foreign producer when --kcat names it — and projected by `memstream worker` (one faust
+and lexical views), Neo4j + GDS (graph) and the Qdrant server (dense; over gRPC by default,
+`--qdrant rest` for its REST API, `--qdrant local` for qdrant-client's in-process mode). Servers
+come from $MEMSTREAM_TEST_KAFKA / _OPENSEARCH / _NEO4J / _QDRANT or are started with
+infra/servers. Events are published through the Kafka log adapter — one conversation with kcat
+as a foreign producer when --kcat names it — and projected by `memstream worker` (one faust
 app, one agent per view) running as a separate process, started (models loaded) before the
-first append. Ready = every view's position at the log's end offset. The workers are then
-stopped (Qdrant's local mode admits one process) and the questions run against the views. A
+first append. Ready = every view's position at the log's end offset. The questions then run
+against the views in both modes, strategies interleaved question by question; the report has
+each strategy's p50 per query stage, so it says where a distributed query spends its time. A
 replay of every view then runs while queries keep going, and must not fail one.
 """
 
@@ -48,7 +51,7 @@ DEFAULT_LOCOMO = REPO.parent / "shared/data/locomo/locomo-dev.json"
 TENANT = "locomo"
 
 
-async def distributed_ingest(settings: Settings, samples, conversations, kcat_conv: str | None, log) -> dict:
+async def distributed_ingest(settings: Settings, samples, conversations, kcat_conv: str | None, log, *, local_dense: bool) -> dict:
     ready_file = Path(settings.data_dir) / "worker.ready"
     worker = servers.spawn_worker(settings, Path(settings.data_dir) / "worker.log", ready_file)
     try:
@@ -80,7 +83,7 @@ async def distributed_ingest(settings: Settings, samples, conversations, kcat_co
                     positions = views.store(view).positions()
                 except Exception:  # noqa: BLE001 - the worker owns Qdrant's local store until it stops
                     positions = None
-                if positions is None and view == "dense":
+                if positions is None and view == "dense" and local_dense:
                     continue
                 lag += sum(max(0, off - (positions or {}).get(p, 0)) for p, off in end.items())
             if lag == 0:
@@ -101,7 +104,7 @@ async def distributed_ingest(settings: Settings, samples, conversations, kcat_co
 
 
 async def dense_ready(settings: Settings, end: dict, t_first: float) -> float:
-    """After the workers stop, the dense view (Qdrant local) can be read: wait for its positions too."""
+    """After the workers stop, the dense view can be read in Qdrant's local mode too: check its positions."""
     views = LiveViews(Registry(settings))
     try:
         positions = views.store("dense").positions()
@@ -170,6 +173,8 @@ async def main() -> int:
     ap.add_argument("--conversations", help="comma-separated sample ids (default: all)")
     ap.add_argument("--kcat", help="publish this conversation with kcat instead of the log adapter")
     ap.add_argument("--strategies", default="zero-mem,bm25,dense")
+    ap.add_argument("--qdrant", choices=("grpc", "rest", "local"), default="grpc",
+                    help="the dense view on the Qdrant server over gRPC (default) or REST, or in qdrant-client's local mode")
     ap.add_argument("--no-replay", action="store_true")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -185,6 +190,7 @@ async def main() -> int:
         kafka = stack.enter_context(servers.kafka())
         opensearch = stack.enter_context(servers.opensearch())
         neo4j = stack.enter_context(servers.neo4j())
+        qdrant = stack.enter_context(servers.qdrant()) if args.qdrant != "local" else None
         servers.reset_neo4j_graph_view(neo4j)
         # -- embedded --
         emb = Settings.load(data_dir=work / "embedded")
@@ -199,11 +205,13 @@ async def main() -> int:
             log={"url": f"kafka://{kafka}", "topic": f"{prefix}.events"},
             views={"hierarchy_url": f"opensearch://{opensearch.removeprefix('http://')}?prefix={prefix}",
                    "lexical_url": f"opensearch://{opensearch.removeprefix('http://')}?prefix={prefix}",
-                   "dense_url": f"qdrant+local://{work / 'distributed' / 'qdrant'}?prefix={prefix}",
+                   "dense_url": (f"qdrant+local://{work / 'distributed' / 'qdrant'}?prefix={prefix}" if qdrant is None
+                                 else servers.qdrant_view_url(qdrant, prefix, grpc=args.qdrant == "grpc")),
                    "graph_url": neo4j},
         )
         Path(dist.data_dir).mkdir(parents=True, exist_ok=True)
-        info = await distributed_ingest(dist, samples, conversations, args.kcat, log)
+        report["qdrant"] = args.qdrant
+        info = await distributed_ingest(dist, samples, conversations, args.kcat, log, local_dense=qdrant is None)
         seconds = await dense_ready(dist, info.pop("end_offsets"), info.pop("t_first"))
         info["seconds"] = round(seconds, 2)
         report["distributed"] = {"ingest": info}
@@ -213,6 +221,8 @@ async def main() -> int:
         if not args.no_replay:
             report["distributed"]["replay"] = await replay_under_queries(dist, dreg, qs, log)
         dreg.close()
+        if qdrant is not None:
+            servers.drop_qdrant_prefix(qdrant, prefix)
     e, d = report["embedded"], report["distributed"]
     report["comparison"] = {
         "ingest_turns_per_second": {"embedded": round(e["ingest"]["turns"] / e["ingest"]["seconds"], 1),
