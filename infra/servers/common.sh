@@ -55,10 +55,11 @@ server_java_home() {
 }
 
 # The Qdrant server is a native binary, not a jar set: $MEMSTREAM_QDRANT_BIN, else the build provided
-# beside the clone (../shared/bin/qdrant), else `qdrant` on PATH. Prints nothing when there is none.
+# beside the clone (../shared/bin/qdrant, or the build machines' /work/shared/bin/qdrant for a clone
+# made elsewhere), else `qdrant` on PATH. Prints nothing when there is none.
 qdrant_bin() {
   local b
-  for b in "${MEMSTREAM_QDRANT_BIN:-}" "$REPO_ROOT/../shared/bin/qdrant" "$(command -v qdrant 2>/dev/null || true)"; do
+  for b in "${MEMSTREAM_QDRANT_BIN:-}" "$REPO_ROOT/../shared/bin/qdrant" /work/shared/bin/qdrant "$(command -v qdrant 2>/dev/null || true)"; do
     [ -n "$b" ] && [ -x "$b" ] && { echo "$(cd "$(dirname "$b")" && pwd)/$(basename "$b")"; return 0; }
   done
   return 0

@@ -44,7 +44,8 @@ def free_ports(n: int) -> list[int]:
 
 def qdrant_binary() -> Path | None:
     """The Qdrant server binary (infra/servers/common.sh's qdrant_bin, same order)."""
-    for candidate in (os.environ.get("MEMSTREAM_QDRANT_BIN"), REPO.parent / "shared/bin/qdrant", shutil.which("qdrant")):
+    for candidate in (os.environ.get("MEMSTREAM_QDRANT_BIN"), REPO.parent / "shared/bin/qdrant", Path("/work/shared/bin/qdrant"),
+                      shutil.which("qdrant")):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return Path(candidate)
     return None
