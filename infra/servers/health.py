@@ -86,7 +86,7 @@ def qdrant_probe(addr):
         raise RuntimeError(f"/readyz answered {body[:80]!r}")
     request = urllib.request.Request(f"{base}/", headers={"api-key": key} if key else {})
     version = json.loads(urllib.request.urlopen(request, timeout=5).read())["version"]
-    client = QdrantClient(host=url.hostname, port=url.port, grpc_port=grpc_port, prefer_grpc=True, api_key=key, timeout=5,
+    client = QdrantClient(host=url.hostname, port=url.port, grpc_port=grpc_port, prefer_grpc=True, https=url.scheme == "https", api_key=key, timeout=5,
                           check_compatibility=False)
     try:
         return f"qdrant {version}, {len(client.get_collections().collections)} collections (REST and gRPC)"
