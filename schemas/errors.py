@@ -66,3 +66,43 @@ class ReaderError(MemstreamError):
 
     code = "reader_error"
     http_status = 502
+
+
+class Unauthorized(MemstreamError):
+    """No key, or a key memstream does not know (the same answer whatever the request names)."""
+
+    code = "unauthorized"
+    http_status = 401
+
+
+class Forbidden(MemstreamError):
+    """A known key whose role or tenant does not allow the request."""
+
+    code = "forbidden"
+    http_status = 403
+
+
+class RateLimited(MemstreamError):
+    code = "rate_limited"
+    http_status = 429
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class UnsupportedMediaType(MemstreamError):
+    code = "unsupported_media_type"
+    http_status = 415
+
+
+class PayloadTooLarge(MemstreamError):
+    code = "too_large"
+    http_status = 413
+
+
+class InvalidRequest(MemstreamError):
+    """A well-formed request that names something that cannot be (e.g. a partition the topic lacks)."""
+
+    code = "invalid_request"
+    http_status = 422

@@ -45,6 +45,22 @@ MetadataValue = Union[str, int, float, bool, None]
 
 _NUL = re.compile("\x00")
 
+# When a turn can have happened: anything outside is a producer's bug (year 1, year 9999), and
+# dates near the ends of Python's datetime range overflow as soon as anyone adds a week to them.
+OCCURRED_MIN = datetime(1900, 1, 1, tzinfo=timezone.utc)
+OCCURRED_MAX = datetime(2200, 1, 1, tzinfo=timezone.utc)
+
+
+def bounded_utc(v: datetime) -> datetime:
+    """An aware datetime in UTC inside [OCCURRED_MIN, OCCURRED_MAX), or ValueError saying so."""
+    try:
+        utc = v.astimezone(timezone.utc)
+    except (OverflowError, ValueError):
+        utc = None
+    if utc is None or not OCCURRED_MIN <= utc < OCCURRED_MAX:
+        raise ValueError(f"must lie between {OCCURRED_MIN.date()} and {OCCURRED_MAX.date()} (UTC)")
+    return utc
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
@@ -87,7 +103,8 @@ class TurnRecorded(_EventBase):
     role: Literal["user", "assistant", "agent", "tool", "system"] = "user"
     text: str = Field(max_length=MAX_TEXT_CHARS)
     attachments: tuple[Attachment, ...] = Field(default=(), max_length=MAX_ATTACHMENTS)
-    occurred_at: AwareDatetime = Field(description="When the turn happened (not when it was ingested). Must carry a UTC offset.")
+    occurred_at: AwareDatetime = Field(description="When the turn happened (not when it was ingested). Must carry a UTC offset, "
+                                                   "and lie in [1900-01-01, 2200-01-01) UTC.")
     metadata: dict[str, MetadataValue] = Field(default_factory=dict)
     source_ref: str | None = Field(default=None, max_length=200, description="The producer's own reference for the turn (e.g. LoCoMo's dia_id).")
 
@@ -108,7 +125,7 @@ class TurnRecorded(_EventBase):
     @field_validator("occurred_at")
     @classmethod
     def _utc(cls, v: datetime) -> datetime:
-        return v.astimezone(timezone.utc)
+        return bounded_utc(v)
 
     @field_validator("metadata")
     @classmethod
@@ -164,6 +181,11 @@ class ForgetRequested(_EventBase):
     scope: ForgetScope
     requested_at: AwareDatetime
     reason: str | None = Field(default=None, max_length=1000)
+
+    @field_validator("requested_at")
+    @classmethod
+    def _utc(cls, v: datetime) -> datetime:
+        return bounded_utc(v)
 
 
 Event = Annotated[Union[TurnRecorded, ForgetRequested], Field(discriminator="type")]

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
-from schemas.events import ID_PATTERN, TENANT_PATTERN
+from schemas.events import ID_PATTERN, TENANT_PATTERN, bounded_utc
 
 STRATEGIES = (
     "zero-mem", "graph-only", "hierarchy-only", "no-closure", "no-calibration",
@@ -41,6 +41,11 @@ class SearchRequest(BaseModel):
         if not v.strip():
             raise ValueError("must not be blank")
         return v
+
+    @field_validator("since", "until", "as_of")
+    @classmethod
+    def _bounded(cls, v: datetime | None) -> datetime | None:
+        return None if v is None else bounded_utc(v)
 
 
 class TurnRef(BaseModel):

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from schemas.errors import InvalidEvent
 from schemas.events import ForgetRequested, TurnRecorded, encode_event, partition_key, validate_event
-from schemas.ports.event_log import Appended, EventLog, NewRecord
+from schemas.ports.event_log import AppendFailed, Appended, EventLog, NewRecord
 
 Event = TurnRecorded | ForgetRequested
 
@@ -25,14 +25,15 @@ Event = TurnRecorded | ForgetRequested
 @dataclass
 class ItemResult:
     index: int
-    status: str  # "accepted" | "rejected"
+    status: str  # "accepted" | "rejected" | "failed" (valid, but the log could not take it: retry)
     event_id: str | None = None
     partition: int | None = None
     offset: int | None = None
     errors: list[dict] = field(default_factory=list)
+    code: int = 200  # the HTTP status this item alone would get: 200, 403, 422, 503
 
     def as_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"index": self.index, "status": self.status}
+        d: dict[str, Any] = {"index": self.index, "status": self.status, "code": self.code}
         if self.event_id is not None:
             d["event_id"] = self.event_id
         if self.status == "accepted":
@@ -42,14 +43,28 @@ class ItemResult:
         return d
 
 
-def validate_items(items: Sequence[Any]) -> tuple[list[tuple[int, Event]], list[ItemResult]]:
+# An authorisation check on a validated event: None if the caller may publish it, else why not.
+Authorize = Callable[[Any], "str | None"]
+
+
+def _event_id(raw: Any) -> str | None:
+    return raw.get("event_id") if isinstance(raw, dict) and isinstance(raw.get("event_id"), str) else None
+
+
+def validate_items(items: Sequence[Any], authorize: Authorize | None = None) -> tuple[list[tuple[int, Event]], list[ItemResult]]:
     valid, rejected = [], []
     for i, raw in enumerate(items):
         try:
-            valid.append((i, validate_event(raw)))
+            event = validate_event(raw)
         except InvalidEvent as exc:
-            event_id = raw.get("event_id") if isinstance(raw, dict) and isinstance(raw.get("event_id"), str) else None
-            rejected.append(ItemResult(i, "rejected", event_id=event_id, errors=exc.errors or [{"loc": [], "msg": str(exc), "type": "value_error"}]))
+            rejected.append(ItemResult(i, "rejected", event_id=_event_id(raw), code=422,
+                                       errors=exc.errors or [{"loc": [], "msg": str(exc), "type": "value_error"}]))
+            continue
+        reason = authorize(event) if authorize else None
+        if reason is not None:
+            rejected.append(ItemResult(i, "rejected", event_id=event.event_id, code=403, errors=[{"loc": ["tenant_id"], "msg": reason, "type": "forbidden"}]))
+        else:
+            valid.append((i, event))
     return valid, rejected
 
 
@@ -85,9 +100,12 @@ class Publisher:
             out.extend(await self.log.append(self.topic, pending))
         return out
 
-    async def publish_items(self, items: Sequence[Any]) -> list[ItemResult]:
-        """Validate raw items (e.g. from HTTP) and append the valid ones."""
-        valid, rejected = validate_items(items)
+    async def publish_items(self, items: Sequence[Any], authorize: Authorize | None = None) -> list[ItemResult]:
+        """Validate raw items (e.g. from HTTP), check each with `authorize`, and append the valid
+        ones. The results say exactly what is in the log: an append that fails part-way marks
+        the records it did not commit "failed" (code 503: retry them; event ids make a retry of
+        the others harmless too)."""
+        valid, rejected = validate_items(items, authorize)
         results = {r.index: r for r in rejected}
         if valid:
             partitions = await self.log.partitions(self.topic)
@@ -96,9 +114,16 @@ class Publisher:
                 rs = _records(e, partitions)
                 records.extend(rs)
                 owners.extend([(i, e)] * len(rs))
-            appended = await self.log.append(self.topic, records)
+            try:
+                appended: list[Appended | None] = list(await self.log.append(self.topic, records))
+                failure = None
+            except AppendFailed as exc:
+                appended, failure = exc.appended, exc
             for (i, e), a in zip(owners, appended):
-                if i not in results:  # a broadcast request reports its first partition
+                if a is None:  # a broadcast request is committed only if every copy is
+                    results[i] = ItemResult(i, "failed", e.event_id, code=503, errors=[{
+                        "loc": [], "msg": f"not appended: {failure}", "type": "unavailable"}])
+                elif i not in results:  # a broadcast request reports its first partition
                     results[i] = ItemResult(i, "accepted", e.event_id, a.partition, a.offset)
         return [results[i] for i in range(len(items))]
 
@@ -112,5 +137,5 @@ def read_jsonl(lines: Iterable[str]) -> tuple[list[Any], list[ItemResult]]:
         try:
             items.append((n, json.loads(line)))
         except json.JSONDecodeError as exc:
-            bad.append(ItemResult(n, "rejected", errors=[{"loc": ["line", n + 1], "msg": f"not valid JSON: {exc.msg}", "type": "json_invalid"}]))
+            bad.append(ItemResult(n, "rejected", code=422, errors=[{"loc": ["line", n + 1], "msg": f"not valid JSON: {exc.msg}", "type": "json_invalid"}]))
     return items, bad

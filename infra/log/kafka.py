@@ -45,7 +45,7 @@ from aiokafka.errors import (
 from aiokafka.structs import OffsetAndMetadata
 
 from schemas.errors import LogError, MemstreamError, TransientError
-from schemas.ports.event_log import Appended, LogRecord, NewRecord, place
+from schemas.ports.event_log import AppendFailed, Appended, LogRecord, NewRecord, place
 
 log = logging.getLogger(__name__)
 
@@ -188,19 +188,32 @@ class KafkaEventLog:
             return []
         placed = place(topic, records, await self.partitions(topic))
         producer = self._ready()[1]
-        with self._errors(f"appending to {topic!r}"):
-            # send() only enqueues (the producer batches per partition); each future resolves
-            # when the broker has acknowledged its record.
-            futures = [await producer.send(topic, r.value, key=r.key.encode("utf-8"), partition=p,
-                                           headers=list(r.headers) or None) for p, r in placed]
-            done = await asyncio.gather(*futures, return_exceptions=True)
-            failed = next((d for d in done if isinstance(d, BaseException)), None)
-            if failed is not None:
-                # Records before the failure may be in the log: a retry can duplicate them,
-                # which the port allows (views deduplicate by event id).
-                raise failed
         # LogAppendTime topics: the broker's append time (ms). Topics created elsewhere with
         # CreateTime report the producer's clock instead.
+        futures: list = []
+        failure: BaseException | None = None
+        try:
+            with self._errors(f"appending to {topic!r}"):
+                # send() only enqueues (the producer batches per partition); each future resolves
+                # when the broker has acknowledged its record (or given up on it).
+                for p, r in placed:
+                    futures.append(await producer.send(topic, r.value, key=r.key.encode("utf-8"), partition=p, headers=list(r.headers) or None))
+        except MemstreamError as exc:
+            failure = exc
+        done = list(await asyncio.gather(*futures, return_exceptions=True))  # the fate of every record enqueued
+        if failure is None:
+            failed = next((d for d in done if isinstance(d, BaseException)), None)
+            if failed is not None:
+                try:
+                    with self._errors(f"appending to {topic!r}"):
+                        raise failed
+                except MemstreamError as exc:
+                    failure = exc
+        if failure is not None:
+            # Records acknowledged before the failure are in the log; say which (a retry may
+            # duplicate them, which the port allows: views deduplicate by event id).
+            acked = [None if isinstance(d, BaseException) else Appended(topic, d.partition, d.offset, d.timestamp / 1000) for d in done]
+            raise AppendFailed(acked + [None] * (len(placed) - len(acked)), failure) from failure
         return [Appended(topic, m.partition, m.offset, m.timestamp / 1000) for m in done]
 
     # -- read ----------------------------------------------------------------------------

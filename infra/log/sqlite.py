@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from schemas.errors import LogError
-from schemas.ports.event_log import Appended, LogRecord, NewRecord, place
+from schemas.errors import LogError, TransientError
+from schemas.ports.event_log import AppendFailed, Appended, LogRecord, NewRecord, place
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (
@@ -164,7 +164,11 @@ class SqliteEventLog:
                 c.execute("ROLLBACK")
                 raise
 
-        out = await self._write(insert)
+        try:
+            out = await self._write(insert)
+        except (sqlite3.Error, OSError) as exc:  # one transaction: nothing of it is in the log
+            cause = TransientError(f"the embedded log {self.path} could not append ({exc}); nothing was appended; retry")
+            raise AppendFailed([None] * len(records), cause) from exc
         if self._appended is not None:
             self._appended.set()
         return out

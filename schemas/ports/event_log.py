@@ -8,6 +8,10 @@ Behaviour every adapter guarantees (tests/contracts/test_event_log_contract.py):
 - **Durability.** `append` returns only after the records are durable (embedded: SQLite WAL
   commit with fsync; Kafka: acks=all). Records are immutable and retained forever on the
   source-of-record topic.
+- **Partial appends.** When an append fails, it raises `AppendFailed` saying which records are
+  in the log anyway (`appended[i]` is their position, None for the others) and why, so callers
+  can report exactly what was committed. SQLite appends are one transaction (all or nothing);
+  a Kafka batch may be split by the failure.
 - **Append time.** Every record carries `append_time`, the log's own clock at append (Kafka:
   the broker's LogAppendTime). Lag in seconds and freshness are measured from it, never from
   the event's `occurred_at`.
@@ -65,6 +69,22 @@ class LogRecord:
             if k == name:
                 return v
         return None
+
+
+class AppendFailed(LogError):
+    """An append that failed after some of its records may have reached the log."""
+
+    def __init__(self, appended: list["Appended | None"], cause: BaseException):
+        super().__init__(str(cause))
+        self.appended = appended
+        self.cause = cause
+        self.code, self.http_status = getattr(cause, "code", self.code), getattr(cause, "http_status", self.http_status)
+
+    @property
+    def transient(self) -> bool:
+        from schemas.errors import TransientError
+
+        return isinstance(self.cause, TransientError)
 
 
 def default_partition(key: str, partitions: int) -> int:

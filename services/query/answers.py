@@ -71,6 +71,15 @@ def _amount(word: str) -> int:
 
 
 def resolve_relative(phrase: str, said_on: date) -> tuple[str, Any] | None:
+    """A relative phrase resolved against the day it was said; None when it has no answer
+    (also near the ends of the calendar: stored data must never make a search fail)."""
+    try:
+        return _resolve_relative(phrase, said_on)
+    except (OverflowError, ValueError):
+        return None
+
+
+def _resolve_relative(phrase: str, said_on: date) -> tuple[str, Any] | None:
     p = phrase.lower()
     if p == "yesterday" or p == "last night":
         d = said_on - timedelta(days=1)

@@ -88,7 +88,16 @@ def absolute_interval(question: str) -> tuple[date, date] | None:
 
 
 def relative_interval(question: str, as_of: datetime | None) -> tuple[date, date] | None:
-    """'yesterday', 'last week', 'this month'… resolved against `as_of`."""
+    """'yesterday', 'last week', 'this month'… resolved against `as_of`; None when it has no
+    answer — including when `as_of` is so near the ends of the calendar that the interval would
+    leave it (stored data must never make a search fail)."""
+    try:
+        return _relative_interval(question, as_of)
+    except (OverflowError, ValueError):
+        return None
+
+
+def _relative_interval(question: str, as_of: datetime | None) -> tuple[date, date] | None:
     if as_of is None:
         return None
     m = _RELATIVE.search(question)
