@@ -100,6 +100,7 @@ class OpsSettings(BaseSettings):
     history_seconds: float = Field(600.0, gt=0, description="How much history the dashboard's charts keep.")
     worker_metrics_port: int | None = Field(None, description="`memstream worker` serves /metrics on this port when set.")
     worker_metrics_host: str = Field("127.0.0.1", description="Address the worker's /metrics binds (0.0.0.0 in containers).")
+    token: SecretStr | None = Field(None, description="MEMSTREAM_OPS_TOKEN: reads /metrics and the ops snapshot, and signs browsers into /dashboard.")
 
 
 class ApiSettings(BaseSettings):
@@ -107,7 +108,14 @@ class ApiSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8080
     max_batch: int = Field(10_000, description="Most events accepted in one POST /v1/events.")
-    max_body_bytes: int = 64 * 1024 * 1024
+    max_body_bytes: int = Field(64 * 1024 * 1024, description="Largest POST /v1/events body.")
+    max_request_bytes: int = Field(1024 * 1024, description="Largest body of every other request.")
+    rate_limit_per_second: float = Field(100.0, ge=0, description="Requests per second per key, per replica (0: no limit).")
+    rate_limit_burst: float = Field(200.0, ge=1, description="Requests a key may send at once before the rate applies.")
+    cors_origins: tuple[str, ...] = Field((), description="Web origins allowed to call the API from a browser (CORS); none by default.")
+    key_refresh_seconds: float = Field(0.1, gt=0, le=10, description="Key changes reach every process within this bound.")
+    tls_cert: Path | None = Field(None, description="PEM certificate (chain): serve HTTPS.")
+    tls_key: Path | None = Field(None, description="PEM private key of tls_cert.")
 
 
 class Settings(BaseSettings):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import time
@@ -14,6 +15,8 @@ from typing import Any
 
 from schemas.errors import MemstreamError
 from schemas.ports.views import VIEW_NAMES, Boundary
+
+log = logging.getLogger("memstream.cli")
 
 SAMPLE = Path(__file__).parent / "sample" / "conversation.jsonl"
 
@@ -510,11 +513,13 @@ def cmd_worker(args) -> int:
         # process that applies records has (records, failed batches, dead letters).
         if port is None:
             return
-        from prometheus_client import start_http_server
-
+        from services.ops.metrics_server import start_metrics_server
         from services.ops.monitor import OpsMonitor
 
-        start_http_server(port, addr=settings.ops.worker_metrics_host, registry=metrics.registry)
+        token = settings.ops.token.get_secret_value() if settings.ops.token else None
+        if token is None:
+            log.warning("MEMSTREAM_OPS_TOKEN is not set: /metrics on port %s answers 401 to everyone", port)
+        start_metrics_server(port, settings.ops.worker_metrics_host, metrics.registry, token)
         # Freshness means "visible in every view": only the query service, which sees them all,
         # observes it; a worker may run one projection.
         monitor = OpsMonitor(pipeline, metrics, interval=settings.ops.sample_seconds, window_seconds=settings.ops.window_seconds,
@@ -530,12 +535,41 @@ def cmd_worker(args) -> int:
 def cmd_serve(args) -> int:
     import uvicorn
 
-    from services.api import create_app
+    from services.api import NO_KEY, create_app, is_loopback
 
     settings = _settings(args)
-    app = create_app(settings, process=not args.no_process)
-    uvicorn.run(app, host=args.host or settings.api.host, port=args.port or settings.api.port, log_level="warning")
+    api = {"host": args.host or settings.api.host, "port": args.port or settings.api.port}
+    if args.tls_cert or args.tls_key:
+        if not (args.tls_cert and args.tls_key):
+            raise MemstreamError("--tls-cert and --tls-key go together (a PEM certificate and its private key)")
+        api.update(tls_cert=Path(args.tls_cert), tls_key=Path(args.tls_key))
+    settings = settings.model_copy(update={"api": settings.api.model_copy(update=api)})
+    if args.insecure_no_auth and not is_loopback(settings.api.host):
+        raise MemstreamError(f"--insecure-no-auth is accepted only on a loopback address (127.0.0.1, ::1), not {settings.api.host}")
+    if not args.insecure_no_auth and not asyncio.run(_has_key(settings)):
+        raise MemstreamError(NO_KEY)
+    if args.insecure_no_auth:
+        print(f"memstream: WARNING: authentication is off (--insecure-no-auth): anyone who reaches {settings.api.host}:"
+              f"{settings.api.port} is an admin of every tenant", file=sys.stderr)
+    app = create_app(settings, process=not args.no_process, insecure=args.insecure_no_auth)
+    tls = {"ssl_certfile": str(settings.api.tls_cert), "ssl_keyfile": str(settings.api.tls_key)} if settings.api.tls_cert else {}
+    uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_level="warning", **tls)
     return 0
+
+
+async def _has_key(settings) -> bool:
+    from services.runtime import build_pipeline
+    from streams.keys import KeyRing
+
+    pipeline = build_pipeline(settings, views=())
+    await pipeline.start_log()
+    try:
+        ring = KeyRing(pipeline.log, settings.log.topic)
+        await ring.ensure_topic()
+        await ring.refresh(force=True)
+        return ring.has_active_key()
+    finally:
+        await pipeline.close()
 
 
 def cmd_schemas(args) -> int:
@@ -643,7 +677,14 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--host")
     s.add_argument("--port", type=int)
     s.add_argument("--no-process", action="store_true", help="serve only; another process runs the projections")
+    s.add_argument("--insecure-no-auth", action="store_true", help="no API keys at all (loopback addresses only; announced in the log and /v1/status)")
+    s.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate (chain) ...")
+    s.add_argument("--tls-key", help="... and this PEM private key")
     s.set_defaults(func=cmd_serve)
+
+    from services import keys_cli
+
+    keys_cli.register(sub)
 
     s = sub.add_parser("schemas", help="JSON Schema files for producers in other languages")
     s.add_argument("action", choices=["export"])

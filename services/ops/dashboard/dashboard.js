@@ -111,6 +111,7 @@ function render(snap) {
 async function tick() {
   try {
     const r = await fetch("/v1/ops/snapshot", { cache: "no-store" });
+    if (r.status === 401) { window.location.replace("/dashboard"); return; }  // the session ended: sign in again
     if (!r.ok) throw new Error(`HTTP ${r.status}`);
     render(await r.json());
   } catch (err) {

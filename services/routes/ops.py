@@ -1,0 +1,82 @@
+"""Operations: status (reader), metrics and the ops snapshot (ops token / admin), dead letters and
+pause/resume (admin)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
+
+from schemas.control import ProjectionControl
+from schemas.errors import NotFound
+from services.routes.deps import Admin, Ops, Reader, state
+
+router = APIRouter()
+
+
+class ControlRequest(BaseModel):
+    reason: str = Field("", max_length=2000, description="Why (kept on the control topic with the request)")
+    requested_by: str = Field("", max_length=200)
+
+
+@router.get("/v1/status", summary="Each view's lag; admins also see generations, positions and end offsets (reader)")
+async def get_status(request: Request, principal: Reader):
+    st = state(request)
+    statuses = await st.pipeline.status()
+    auth = {"mode": "insecure-no-auth" if st.auth.insecure else "api-keys", "key_id": principal.key_id, "role": principal.role,
+            "tenant_id": principal.tenant_id}
+    if principal.is_admin:
+        return {"views": [s.__dict__ for s in statuses], "auth": auth}
+    # A tenant's key sees how far behind the views are, not the log's shape (offsets per
+    # partition reveal how much every other tenant writes, and when).
+    return {"views": [{"view": s.view, "backend": s.backend, "lag_events": s.lag_events, "lag_seconds": s.lag_seconds,
+                       "caught_up": s.lag_events == 0, "paused": s.paused} for s in statuses], "auth": auth}
+
+
+@router.get("/metrics", summary="Prometheus metrics (ops token or admin)", response_class=Response)
+async def get_metrics(request: Request, principal: Ops):
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    st = state(request)
+    await st.monitor.sample(max_age=0.5)
+    return Response(st.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/v1/ops/snapshot", summary="Per-projection lag, freshness, health, dead letters, query latency, with history (ops)")
+async def get_snapshot(request: Request, principal: Ops):
+    st = state(request)
+    snap = await st.monitor.sample(max_age=0.5)
+    return {**snap, "history": st.monitor.history(), "auth_mode": "insecure-no-auth" if st.auth.insecure else "api-keys"}
+
+
+@router.get("/v1/dead-letters", summary="Records a projection could not process, with the reason (admin)")
+async def get_dead_letters(request: Request, principal: Admin):
+    from streams.dlq import list_dead_letters
+
+    st = state(request)
+    entries = await list_dead_letters(st.pipeline.log, st.settings.dlq_topic)
+    return {"dead_letters": [
+        {"origin": e.origin, "projections": e.projections, "reason": e.reason, "errors": e.errors, "replayed": e.replayed,
+         "value": e.value.decode("utf-8", "replace")} for e in entries
+    ]}
+
+
+async def _control(request: Request, name: str, paused: bool, req: ControlRequest, principal):
+    st = state(request)
+    if name not in st.pipeline.views:
+        raise NotFound(f"unknown projection {name!r}; known: {', '.join(st.pipeline.views)}")
+    await st.pipeline.control.request(ProjectionControl(
+        type="ProjectionPaused" if paused else "ProjectionResumed", projection=name, reason=req.reason,
+        requested_by=req.requested_by or f"key:{principal.key_id}"))
+    snap = await st.monitor.sample()
+    return next(p for p in snap["projections"] if p["name"] == name)
+
+
+@router.post("/v1/admin/projections/{name}/pause", summary="Stop one projection; the others keep running (admin)")
+async def pause_projection(name: str, request: Request, principal: Admin, req: ControlRequest | None = None):
+    return await _control(request, name, True, req or ControlRequest(), principal)
+
+
+@router.post("/v1/admin/projections/{name}/resume", summary="Restart a paused projection from where it stopped (admin)")
+async def resume_projection(name: str, request: Request, principal: Admin, req: ControlRequest | None = None):
+    return await _control(request, name, False, req or ControlRequest(), principal)
