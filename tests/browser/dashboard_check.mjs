@@ -4,8 +4,11 @@
 // shows the expected lag and state. Prints one JSON object on stdout; exit code 0 when the row
 // matched, 1 when it did not within the timeout, 2 on bad arguments or a browser that would not start.
 //
-//   node dashboard_check.mjs --url http://127.0.0.1:8080 --projection lexical --lag 12 --state paused \
-//        [--screenshot out.png] [--timeout 60000] [--chromium /usr/bin/chromium]
+//   MEMSTREAM_OPS_TOKEN=... node dashboard_check.mjs --url http://127.0.0.1:8080 --projection lexical --lag 12 \
+//        --state paused [--screenshot out.png] [--timeout 60000] [--chromium /usr/bin/chromium]
+//
+// The dashboard first shows its sign-in page: the script types the ops token (read from the
+// environment, never from the command line) into it, as a person would, and submits.
 //
 // Driven by tests/e2e/test_dashboard_browser.py, which does the HTTP steps (pause, publish,
 // /metrics) and asserts on the JSON printed here.
@@ -82,6 +85,11 @@ try {
   page.on("requestfailed", r => failedRequests.push(`failed ${new URL(r.url()).pathname}: ${r.failure()?.errorText}`));
   const response = await page.goto(new URL("/dashboard", opts.url).href, { waitUntil: "load", timeout });
   result.http_status = response ? response.status() : null;
+  if (await page.$("#signin")) {
+    result.signed_in = true;
+    await page.fill("#token", process.env.MEMSTREAM_OPS_TOKEN || "");
+    await Promise.all([page.waitForSelector("#projections", { timeout }), page.click("#signin button[type=submit]")]);
+  }
   try {
     await page.waitForFunction(({ name, lag, state }) => {
       const row = document.querySelector(`#projections tr[data-projection="${name}"]`);

@@ -32,14 +32,46 @@ def registry_with(settings: Settings, models) -> Registry:
     return reg
 
 
+def make_key(settings: Settings, role: str = "admin", tenant: str | None = None, name: str = "test") -> dict:
+    """A key made the way `memstream keys create` makes it (straight onto the control topic):
+    the KeyChange as a dict, with `key` (the secret) and `control_offset`."""
+    import asyncio
+
+    from services import keys
+    from streams.keys import KeyRing
+
+    async def make():
+        pipeline = build_pipeline(settings, views=())
+        await pipeline.start_log()
+        try:
+            ring = KeyRing(pipeline.log, settings.log.topic)
+            await ring.ensure_topic()
+            await ring.refresh(force=True)
+            return (await keys.create(ring, role, tenant, name)).as_dict()
+        finally:
+            await pipeline.close()
+
+    return asyncio.run(make())
+
+
+def bearer(key: dict | str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key['key'] if isinstance(key, dict) else key}"}
+
+
 @contextmanager
-def api_client(settings: Settings, models):
-    """The HTTP API through its ASGI app, lifespan (and in-process projections) running."""
+def api_client(settings: Settings, models, *, key: str | dict | None = "admin", process: bool = True):
+    """The HTTP API through its ASGI app, lifespan (and in-process projections) running. Its
+    requests carry an admin key made for it (`key="admin"`), the given key, or none (`key=None`);
+    `client.admin_key` is the admin key either way."""
     from fastapi.testclient import TestClient
 
     from services.api import create_app
 
-    with TestClient(create_app(settings, registry=registry_with(settings, models))) as client:
+    admin = make_key(settings, "admin", name="api_client admin")
+    given = admin if key == "admin" else key
+    with TestClient(create_app(settings, registry=registry_with(settings, models), process=process),
+                    headers=bearer(given) if given else {}) as client:
+        client.admin_key = admin
         yield client
 
 

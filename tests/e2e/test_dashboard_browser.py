@@ -66,8 +66,9 @@ def node() -> str:
 
 
 class Server:
-    def __init__(self, base: str, data_dir: Path, proc: subprocess.Popen, log_path: Path):
+    def __init__(self, base: str, data_dir: Path, proc: subprocess.Popen, log_path: Path, headers: dict, ops_token: str):
         self.base, self.data_dir, self.proc, self.log_path = base, data_dir, proc, log_path
+        self.headers, self.ops_token = headers, ops_token
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
@@ -75,7 +76,7 @@ class Server:
     def request(self, method: str, path: str, body=None) -> tuple[int, bytes]:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"content-type": "application/json"} if data is not None else {})
+                                     headers={**self.headers, **({"content-type": "application/json"} if data is not None else {})})
         try:
             with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
                 return resp.status, resp.read()
@@ -104,8 +105,8 @@ class Server:
 
 @pytest.fixture
 def server(tmp_path):
-    with memstream_serve(tmp_path, STARTUP_TIMEOUT) as (url, proc, log_path):
-        yield Server(url, tmp_path / "data", proc, log_path)
+    with memstream_serve(tmp_path, STARTUP_TIMEOUT) as served:
+        yield Server(served.url, served.data_dir, served.proc, served.log_path, served.headers, served.ops_token)
 
 
 def wait_until(what: str, probe, timeout: float = TIMEOUT):
@@ -127,13 +128,14 @@ def cli_status(data_dir: Path) -> dict[str, dict]:
     return {p["name"]: p for p in json.loads(proc.stdout)["projections"]}
 
 
-def browser_check(node: str, base: str, projection: str, lag: int, state: str, screenshot: Path | None = None) -> dict:
+def browser_check(node: str, server: Server, projection: str, lag: int, state: str, screenshot: Path | None = None) -> dict:
     """Run tests/browser/dashboard_check.mjs; its JSON result (it also prints it, for -s runs)."""
-    args = [node, str(SCRIPT), "--url", base, "--projection", projection, "--lag", str(lag), "--state", state,
+    args = [node, str(SCRIPT), "--url", server.base, "--projection", projection, "--lag", str(lag), "--state", state,
             "--timeout", str(int(TIMEOUT * 1000)), "--chromium", CHROMIUM]
     if screenshot is not None:
         args += ["--screenshot", str(screenshot)]
-    proc = subprocess.run(args, cwd=BROWSER_DIR, capture_output=True, text=True, timeout=TIMEOUT * 4)
+    proc = subprocess.run(args, cwd=BROWSER_DIR, capture_output=True, text=True, timeout=TIMEOUT * 4,
+                          env={**os.environ, "MEMSTREAM_OPS_TOKEN": server.ops_token})
     lines = proc.stdout.strip().splitlines()
     try:
         result = json.loads(lines[-1])
@@ -192,7 +194,8 @@ def test_dashboard_shows_a_paused_projection_lag_and_its_recovery(node, server):
     assert all(p["lag_events"] == 0 and not p["paused"] for name, p in status.items() if name != PAUSED), status
 
     # 4. The dashboard shows it: lag N, paused; the lag chart has a lexical line.
-    seen = browser_check(node, server.base, PAUSED, lexical_lag, "paused", screenshot=shot)
+    seen = browser_check(node, server, PAUSED, lexical_lag, "paused", screenshot=shot)
+    assert seen["signed_in"]  # the page asked for the ops token first
     assert_clean_page(seen)
     assert seen["projections"] == list(PROJECTIONS)
     assert seen["lag_events"] == str(lexical_lag) and seen["state"] == "paused"
@@ -206,7 +209,7 @@ def test_dashboard_shows_a_paused_projection_lag_and_its_recovery(node, server):
     # 5. Resumed: lexical catches up, and the dashboard, /metrics and the CLI say so.
     resumed = server.json("POST", f"/v1/admin/projections/{PAUSED}/resume", {"reason": "dashboard browser test"})
     assert resumed["name"] == PAUSED and resumed["paused"] is False, resumed
-    seen = browser_check(node, server.base, PAUSED, 0, "running")
+    seen = browser_check(node, server, PAUSED, 0, "running")
     assert_clean_page(seen)
     assert seen["lag_events"] == "0" and seen["state"] == "running" and seen["status"] == "OK"
     assert f"over {N_EVENTS} events" in seen["freshness"], seen["freshness"]  # now visible in every view

@@ -86,6 +86,8 @@ def test_dead_letters_show_with_their_reason(client):
     # Each projection dead-letters the record on its own; one original record is pending replay.
     text = until(lambda: (t := client.get("/metrics").text) and metric(t, "memstream_projection_dead_letters_total") == 4 and t)
     assert metric(text, "memstream_dead_letters_pending") == 1
+    assert "signin.js" in client.get("/dashboard").text  # no session yet: the sign-in page
+    assert client.post("/dashboard/session", json={"token": client.admin_key["key"]}).status_code == 200
     html = client.get("/dashboard")
     assert html.status_code == 200 and "/dashboard/assets/dashboard.js" in html.text
     assert client.get("/dashboard/assets/dashboard.js").status_code == 200

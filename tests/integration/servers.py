@@ -9,7 +9,9 @@ CI=true tests/conftest.py turns such skips into failures.
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -19,6 +21,7 @@ import tempfile
 import time
 import urllib.request
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -234,28 +237,67 @@ def embedded_env(data_dir: Path) -> dict[str, str]:
     return env
 
 
+def cli_key(data_dir: Path, role: str = "admin", tenant: str | None = None, env: dict | None = None) -> dict:
+    """`memstream keys create --json` on an embedded data directory: the new key's record."""
+    args = [str(Path(sys.executable).with_name("memstream")), "keys", "create", "--role", role, "--json", "--name", f"test {role}"]
+    if tenant:
+        args += ["--tenant", tenant]
+    out = subprocess.run(args, env=env or embedded_env(data_dir), capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"memstream keys create failed ({out.returncode}): {out.stderr}")
+    return json.loads(out.stdout)
+
+
+@dataclass
+class Served:
+    """A running `memstream serve`: its base URL, process and log; an admin key made for it
+    and the ops token it was started with."""
+
+    url: str
+    proc: subprocess.Popen
+    log_path: Path
+    data_dir: Path
+    admin_key: dict | None
+    ops_token: str | None
+
+    def __iter__(self):  # url, proc, log_path = served
+        return iter((self.url, self.proc, self.log_path))
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_key['key']}"} if self.admin_key else {}
+
+
 @contextmanager
-def memstream_serve(workdir: Path, timeout: float = 300.0) -> Iterator[tuple[str, subprocess.Popen, Path]]:
-    """`memstream serve` on the embedded default (data in `workdir`/data, log in
-    `workdir`/serve.log) on a free loopback port, once /healthz answers: (base URL, process, log
-    path). Stopped with SIGINT — uvicorn's graceful shutdown, so the lifespan closes the stores."""
+def memstream_serve(workdir: Path, timeout: float = 300.0, *args: str, data_dir: Path | None = None, env: dict | None = None,
+                    admin_key: bool = True, scheme: str = "http", name: str = "serve") -> Iterator[Served]:
+    """`memstream serve ARGS` on the embedded default (data in `data_dir`, default
+    `workdir`/data; log in `workdir`/<name>.log) on a free loopback port, once /healthz answers.
+    An admin key is made first (`admin_key=False`: none, e.g. with --insecure-no-auth) and a
+    random ops token passed in MEMSTREAM_OPS_TOKEN. Stopped with SIGINT — uvicorn's graceful
+    shutdown, so the lifespan closes the stores."""
     import pytest  # here, not at the top: benchmarks import this module too
 
-    data_dir, log_path = workdir / "data", workdir / "serve.log"
+    data_dir, log_path = data_dir or workdir / "data", workdir / f"{name}.log"
     [port] = free_ports(1)
-    env = embedded_env(data_dir)
+    environ = {**embedded_env(data_dir), "MEMSTREAM_OPS_TOKEN": "ops-" + secrets.token_urlsafe(24), **(env or {})}
+    key = cli_key(data_dir, env=environ) if admin_key else None
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen([str(Path(sys.executable).with_name("memstream")), "serve", "--host", "127.0.0.1", "--port", str(port)], env=env,
-                                stdout=log_file, stderr=subprocess.STDOUT, cwd=workdir)
-    url = f"http://127.0.0.1:{port}"
+        proc = subprocess.Popen([str(Path(sys.executable).with_name("memstream")), "serve", "--host", "127.0.0.1", "--port", str(port), *args],
+                                env=environ, stdout=log_file, stderr=subprocess.STDOUT, cwd=workdir)
+    url = f"{scheme}://127.0.0.1:{port}"
     tail = lambda: log_path.read_text(errors="replace")[-4000:]  # noqa: E731
+    import ssl
+
+    insecure_tls = ssl.create_default_context()
+    insecure_tls.check_hostname, insecure_tls.verify_mode = False, ssl.CERT_NONE  # only to see /healthz answer
     try:
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
                 pytest.fail(f"`memstream serve` exited with {proc.returncode} before /healthz answered:\n{tail()}")
             try:
-                with urllib.request.urlopen(f"{url}/healthz", timeout=5) as resp:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=5, context=insecure_tls if scheme == "https" else None) as resp:
                     if resp.status == 200:
                         break
             except OSError:
@@ -263,7 +305,7 @@ def memstream_serve(workdir: Path, timeout: float = 300.0) -> Iterator[tuple[str
             if time.monotonic() > deadline:
                 pytest.fail(f"`memstream serve` did not answer /healthz within {timeout:.0f}s:\n{tail()}")
             time.sleep(0.5)
-        yield url, proc, log_path
+        yield Served(url, proc, log_path, data_dir, key, environ["MEMSTREAM_OPS_TOKEN"])
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)

@@ -3,6 +3,7 @@ config`), built from infra/compose-check with Go, since no Docker client runs he
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,8 +20,12 @@ def test_compose_file_is_valid(tmp_path):
     binary = tmp_path / "compose-check"
     build = subprocess.run(["go", "build", "-o", str(binary), "."], cwd=REPO / "infra/compose-check", capture_output=True, text=True, timeout=900)
     assert build.returncode == 0, build.stderr
-    out = subprocess.run([str(binary), str(REPO / "docker-compose.yml")], capture_output=True, text=True, timeout=60)
+    unset = subprocess.run([str(binary), str(REPO / "docker-compose.yml")], capture_output=True, text=True, timeout=60,
+                           env={k: v for k, v in os.environ.items() if k != "MEMSTREAM_OPS_TOKEN"})
+    assert unset.returncode != 0 and "MEMSTREAM_OPS_TOKEN" in unset.stderr + unset.stdout  # no token, no stack
+    out = subprocess.run([str(binary), str(REPO / "docker-compose.yml")], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "MEMSTREAM_OPS_TOKEN": "compose-check-token"})
     assert out.returncode == 0, out.stderr
-    for service in ("kafka", "neo4j", "qdrant", "opensearch", "memstream", "worker-dense"):
+    for service in ("kafka", "neo4j", "qdrant", "opensearch", "keys-init", "memstream", "worker-dense"):
         assert f"  {service}:" in out.stdout
     assert "healthcheck" in out.stdout

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -59,9 +60,13 @@ def until(predicate, what: str, worker: subprocess.Popen | None = None, log: Pat
     return helpers.until(predicate, what, 300.0, alive=alive, interval=0.3)
 
 
+OPS_TOKEN = "ops-token-" + uuid.uuid4().hex
+
+
 def scrape(port: int) -> dict[tuple[str, str], float]:
     """(metric, projection) -> value summed over the other labels."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {OPS_TOKEN}"})
+    text = urllib.request.urlopen(request, timeout=10).read().decode()
     out: dict[tuple[str, str], float] = {}
     for name, labels, value in helpers.metric_samples(text):
         key = (name, labels.get("projection", ""))
@@ -91,7 +96,8 @@ def test_kafka_faust_workers_match_the_embedded_pipeline_and_replay_swaps_aliase
     metrics_port = servers.free_ports(1)[0]
     ready = tmp_path / "worker.ready"
     log_path = tmp_path / "worker.log"
-    worker = servers.spawn_worker(settings, log_path, ready, "--metrics-port", str(metrics_port), MEMSTREAM_OPS_SAMPLE_SECONDS="0.3")
+    worker = servers.spawn_worker(settings, log_path, ready, "--metrics-port", str(metrics_port), MEMSTREAM_OPS_SAMPLE_SECONDS="0.3",
+                                  MEMSTREAM_OPS_TOKEN=OPS_TOKEN)
     env = {**os.environ, **servers.memstream_env(settings)}
     try:
         until(ready.exists, "the worker to load its models", worker=worker, log=log_path)
@@ -121,6 +127,26 @@ def test_kafka_faust_workers_match_the_embedded_pipeline_and_replay_swaps_aliase
         subprocess.run([*cli, "resume", "lexical"], env=env, cwd=REPO, check=True, capture_output=True)
         until(lambda: lag(settings, end)["lexical"] == 0, "lexical to catch up after resume", worker=worker, log=log_path)
         until(lambda: scrape(metrics_port).get(("memstream_projection_lag_events", "lexical")) == 0, "worker /metrics lag 0")
+        with pytest.raises(urllib.error.HTTPError) as refused:  # the worker's /metrics wants the ops token too
+            urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
+        assert refused.value.code == 401
+
+        # Read-your-writes through the API of a query service that runs no projection (the
+        # worker does): POST /v1/wait reads the positions from the views' stores.
+        from fastapi.testclient import TestClient
+
+        from services.api import create_app
+
+        admin = helpers.make_key(settings)
+        with TestClient(create_app(settings, process=False, registry=helpers.registry_with(settings, models)),
+                        headers=helpers.bearer(admin)) as api:
+            late = [e.model_copy(update={"event_id": e.event_id + "-api", "turn_index": e.turn_index + 200}) for e in events[:3]]
+            published = api.post("/v1/events", json=[json.loads(e.model_dump_json()) for e in late])
+            assert published.status_code == 200, published.text
+            waited = api.post("/v1/wait", json={"positions": published.json()["positions"], "timeout_seconds": 120})
+            assert waited.status_code == 200, waited.text
+            assert all(v == 0 for v in lag(settings, asyncio.run(publish_own([]))).values())
+        extra += late
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
@@ -199,7 +225,7 @@ def test_kafka_faust_workers_match_the_embedded_pipeline_and_replay_swaps_aliase
 
     from services.api import create_app
 
-    with TestClient(create_app(settings, process=False, registry=registry)) as client:
+    with TestClient(create_app(settings, process=False, registry=registry), headers=helpers.bearer(helpers.make_key(settings))) as client:
         snap = client.get("/v1/ops/snapshot").json()
         assert snap["mode"] == "kafka" and snap["log_backend"] == "kafka"
         by_name = {p["name"]: p for p in snap["projections"]}

@@ -137,8 +137,18 @@ def concrete(expr: str) -> str:
 
 
 # -- (a) promtool ------------------------------------------------------------------------------
-def test_prometheus_config_is_valid():
-    out = promtool("check", "config", str(CONFIG))
+def test_prometheus_config_is_valid(tmp_path):
+    """Fully checked (rule files, credentials files) as it is deployed: the ops-token secret that
+    docker-compose.yml mounts at /run/secrets/ is a temporary file here."""
+    text = CONFIG.read_text()
+    assert text.count("credentials_file: /run/secrets/memstream_ops_token") == 2  # the query service and the workers
+    assert "syntax" in promtool("check", "config", "--syntax-only", str(CONFIG))
+    token = tmp_path / "memstream_ops_token"
+    token.write_text("test-token")
+    deployed = tmp_path / "prometheus.yml"
+    deployed.write_text(text.replace("/run/secrets/memstream_ops_token", str(token)))
+    (tmp_path / "alerts.yml").write_text(ALERTS.read_text())
+    out = promtool("check", "config", str(deployed))
     assert "is valid prometheus config file syntax" in out and "1 rule files found" in out, out
 
 
@@ -172,15 +182,20 @@ def test_scrape_targets_match_the_compose_services():
 
 # -- a real memstream server -------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def memstream_server(tmp_path_factory):
-    """`memstream serve` (embedded log, projections in-process) on a free port; its base URL."""
-    with memstream_serve(tmp_path_factory.mktemp("memstream-serve")) as (url, _, _):
-        yield url
+def memstream_served(tmp_path_factory):
+    """`memstream serve` (embedded log, projections in-process) on a free port, with an admin key
+    and an ops token."""
+    with memstream_serve(tmp_path_factory.mktemp("memstream-serve")) as served:
+        yield served
 
 
-def metrics_samples(url: str, name: str) -> dict[tuple, float]:
+def ops_headers(served) -> dict[str, str]:
+    return {"Authorization": f"Bearer {served.ops_token}"}
+
+
+def metrics_samples(served, name: str) -> dict[tuple, float]:
     """{sorted label items: value} of one sample name on /metrics."""
-    text = httpx.get(f"{url}/metrics", timeout=30).text
+    text = httpx.get(f"{served.url}/metrics", headers=ops_headers(served), timeout=30).text
     return {tuple(sorted(s.labels.items())): s.value for fam in text_string_to_metric_families(text) for s in fam.samples
             if s.name == name}
 
@@ -209,8 +224,16 @@ def test_grafana_dashboard_is_well_formed():
     assert "type: prometheus" in datasources and "url: http://prometheus:9090" in datasources
 
 
-def test_dashboard_and_alerts_only_use_metrics_memstream_exposes(memstream_server):
-    exposed = exposed_sample_names(httpx.get(f"{memstream_server}/metrics", timeout=30).text)
+def test_metrics_need_the_ops_token_or_an_admin_key(memstream_served):
+    url = memstream_served.url
+    assert httpx.get(f"{url}/metrics", timeout=30).status_code == 401
+    assert httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer wrong"}, timeout=30).status_code == 401
+    assert httpx.get(f"{url}/metrics", headers=ops_headers(memstream_served), timeout=30).status_code == 200
+    assert httpx.get(f"{url}/metrics", headers=memstream_served.headers, timeout=30).status_code == 200
+
+
+def test_dashboard_and_alerts_only_use_metrics_memstream_exposes(memstream_served):
+    exposed = exposed_sample_names(httpx.get(f"{memstream_served.url}/metrics", headers=ops_headers(memstream_served), timeout=30).text)
     assert "memstream_projection_lag_events" in exposed and "memstream_query_latency_seconds_bucket" in exposed
     assert "memstream_projection_records_total" in exposed and "memstream_projection_records" not in exposed
     exprs = dashboard_exprs() + [(f"alert {name}", expr) for name, expr in alert_rules().items()]
@@ -227,18 +250,23 @@ def test_dashboard_and_alerts_only_use_metrics_memstream_exposes(memstream_serve
 
 # -- (c) a real Prometheus scraping the real server -------------------------------------------
 @pytest.fixture
-def prometheus(tmp_path, memstream_server):
+def prometheus(tmp_path, memstream_served):
     """Our own Prometheus on a free port (never a system service the package may have started),
-    scraping the memstream server every second, with infra/prometheus/alerts.yml loaded."""
+    scraping the memstream server every second with the ops token from a credentials file, as
+    infra/prometheus/prometheus.yml does, with infra/prometheus/alerts.yml loaded."""
     binary = tool("prometheus")
     [port] = free_ports(1)
-    target = memstream_server.removeprefix("http://")
+    target = memstream_served.url.removeprefix("http://")
+    token_file = tmp_path / "memstream_ops_token"
+    token_file.write_text(memstream_served.ops_token)
+    token_file.chmod(0o600)
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
         f"rule_files: [{json.dumps(str(ALERTS))}]\n"
         "scrape_configs:\n"
         "  - job_name: memstream\n"
+        f"    authorization: {{type: Bearer, credentials_file: {json.dumps(str(token_file))}}}\n"
         f"    static_configs: [{{targets: [{json.dumps(target)}]}}]\n"
     )
     promtool("check", "config", str(config))
@@ -274,14 +302,15 @@ def by_labels(result: list[dict], *labels: str) -> dict[tuple, float]:
     return {tuple(s["metric"].get(label) for label in labels): float(s["value"][1]) for s in result}
 
 
-def test_prometheus_scrapes_projection_lag_and_loads_the_alerts(memstream_server, prometheus):
+def test_prometheus_scrapes_projection_lag_and_loads_the_alerts(memstream_served, prometheus):
     items = sample_items()
-    r = httpx.post(f"{memstream_server}/v1/events", json={"events": items}, timeout=60)
+    url, admin = memstream_served.url, memstream_served.headers
+    r = httpx.post(f"{url}/v1/events", json={"events": items}, headers=admin, timeout=60)
     assert r.status_code == 200, r.text
     positions = r.json()["positions"]
-    w = httpx.post(f"{memstream_server}/v1/wait", json={"positions": positions, "timeout_seconds": 120}, timeout=150)
+    w = httpx.post(f"{url}/v1/wait", json={"positions": positions, "timeout_seconds": 120}, headers=admin, timeout=150)
     assert w.status_code == 200, w.text
-    s = httpx.post(f"{memstream_server}/v1/search", json={"question": "Where are Ada and Maya going?", "tenant_id": "demo"},
+    s = httpx.post(f"{url}/v1/search", json={"question": "Where are Ada and Maya going?", "tenant_id": "demo"}, headers=admin,
                    timeout=120)
     assert s.status_code == 200, s.text
     total = sum(positions.values())
@@ -297,12 +326,12 @@ def test_prometheus_scrapes_projection_lag_and_loads_the_alerts(memstream_server
     lag = by_labels(prom_query(prometheus, "memstream_projection_lag_events"), "projection", "partition")
     assert {p for p, _ in lag} == set(VIEW_NAMES), lag
     direct = {(dict(k)["projection"], dict(k)["partition"]): v
-              for k, v in metrics_samples(memstream_server, "memstream_projection_lag_events").items()}
+              for k, v in metrics_samples(memstream_served, "memstream_projection_lag_events").items()}
     assert lag == direct, "Prometheus and /metrics disagree on lag_events"
     assert set(lag.values()) == {0.0}, lag
     pos = by_labels(prom_query(prometheus, "memstream_projection_position"), "projection", "partition")
     direct_pos = {(dict(k)["projection"], dict(k)["partition"]): v
-                  for k, v in metrics_samples(memstream_server, "memstream_projection_position").items()}
+                  for k, v in metrics_samples(memstream_served, "memstream_projection_position").items()}
     assert pos == direct_pos and sum(pos.values()) == total * len(VIEW_NAMES)
     lag_s = by_labels(prom_query(prometheus, "memstream_projection_lag_seconds"), "projection", "partition")
     assert {p for p, _ in lag_s} == set(VIEW_NAMES) and set(lag_s.values()) == {0.0}, lag_s
