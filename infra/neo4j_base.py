@@ -53,6 +53,9 @@ def translated(uri: str, what: str) -> Iterator[None]:
     except (neo_exc.ServiceUnavailable, neo_exc.SessionExpired) as exc:
         raise TransientError(f"Neo4j at {uri} is unavailable while {what} ({type(exc).__name__}: {exc}); "
                              "check that the server is up and reachable; the operation is retried") from exc
+    except neo_exc.AuthError as exc:
+        raise StoreError(f"Neo4j at {uri} refused the credentials while {what} ({exc.code}); check the user in "
+                         "MEMSTREAM_VIEWS_GRAPH_URL (neo4j://USER@host:port) and MEMSTREAM_VIEWS_NEO4J_PASSWORD") from None
     except neo_exc.TransientError as exc:
         raise TransientError(f"Neo4j at {uri} reported a transient failure while {what} ({exc.code}: {exc.message}); "
                              "the operation is retried") from exc

@@ -74,6 +74,9 @@ def translated(url: str, what: str) -> Iterator[None]:
                              "check that the cluster is up and reachable; the operation is retried") from exc
     except os_exc.TransportError as exc:
         status, detail = exc.status_code, _reason(exc)
+        if status in (401, 403):
+            raise StoreError(f"OpenSearch at {url} refused the credentials while {what} (HTTP {status}); check the user in the "
+                             "URL (opensearch[s]://USER@host:port) and MEMSTREAM_VIEWS_OPENSEARCH_PASSWORD") from None
         if status in _TRANSIENT_STATUS:
             raise TransientError(f"OpenSearch at {url} is overloaded or unavailable while {what} (HTTP {status}: {detail}); "
                                  "the operation is retried, add capacity if this persists") from exc

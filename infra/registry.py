@@ -6,12 +6,16 @@ client. An unknown scheme raises ConfigurationError naming what is accepted.
 
 | what      | embedded            | servers                                                        |
 |-----------|---------------------|----------------------------------------------------------------|
-| log       | sqlite://[path]     | kafka://host:port[,host:port][?replication_factor=N]           |
-| hierarchy | sqlite://           | opensearch://host:port[?prefix=memstream] (opensearchs:// TLS) |
-| lexical   | tantivy://          | opensearch://host:port[?prefix=memstream]                      |
+| log       | sqlite://[path]     | kafka[+ssl]://[USER@]host:port[,…][?replication_factor=N&sasl_mechanism=M] |
+| hierarchy | sqlite://           | opensearch://[USER@]host:port[?prefix=memstream] (opensearchs:// TLS) |
+| lexical   | tantivy://          | opensearch://[USER@]host:port[?prefix=memstream]               |
 | dense     | sqlite://           | qdrant://host:port[?prefix=…&grpc_port=N] (qdrants:// TLS),    |
 |           |                     | or qdrant+local://[path] (qdrant-client's in-process mode)     |
-| graph     | sqlite://           | neo4j://host:port or bolt://host:port                          |
+| graph     | sqlite://           | neo4j://[USER@]host:port or bolt://… (neo4j+s://, bolt+s:// TLS) |
+
+Secrets never go in URLs (they end up in logs and process listings): passwords and keys come
+from MEMSTREAM_LOG_KAFKA_PASSWORD, MEMSTREAM_VIEWS_NEO4J_PASSWORD,
+MEMSTREAM_VIEWS_OPENSEARCH_PASSWORD and MEMSTREAM_VIEWS_QDRANT_API_KEY.
 
 Each view's generations are tracked by its backend's catalog (a SQLite file for embedded views,
 aliases on OpenSearch and Qdrant, a catalog node set on Neo4j), so replay switches readers the
@@ -30,7 +34,7 @@ from schemas.errors import ConfigurationError
 from schemas.ports.views import ViewName
 
 ACCEPTED = {
-    "log": ("sqlite", "kafka"),
+    "log": ("sqlite", "kafka", "kafka+ssl"),
     "hierarchy": ("sqlite", "opensearch", "opensearchs"),
     "lexical": ("tantivy", "opensearch", "opensearchs"),
     "dense": ("sqlite", "qdrant", "qdrants", "qdrant+local"),
@@ -54,8 +58,13 @@ def _option(url: str, name: str, default: str) -> str:
 
 
 def _http(url: str) -> str:
+    """The server's base URL, without credentials."""
     parsed = urlparse(url)
-    return f"{'https' if parsed.scheme.endswith('s') else 'http'}://{parsed.netloc}"
+    return f"{'https' if parsed.scheme.endswith('s') else 'http'}://{parsed.netloc.rpartition('@')[2]}"
+
+
+def _user(url: str) -> str | None:
+    return urlparse(url).netloc.rpartition("@")[0] or None
 
 
 class _CatalogRouter:
@@ -110,6 +119,28 @@ class Registry:
             return None
         return Path(rest) if rest else self.data_dir / "log.sqlite"
 
+    def kafka_connection(self):
+        """(bootstrap servers, KafkaSecurity) of a Kafka log URL (infra/log/kafka_security.py)."""
+        from infra.log.kafka_security import MECHANISMS, KafkaSecurity
+
+        url = self.settings.log.url
+        scheme, _ = _scheme(url, "log")
+        parsed = urlparse(url)
+        user, _, hosts = parsed.netloc.rpartition("@")
+        mechanism = _option(url, "sasl_mechanism", "SCRAM-SHA-512").upper()
+        if not hosts or any(not h.rpartition(":")[2].isdigit() for h in hosts.split(",")):
+            raise ConfigurationError(f"bad Kafka log URL {url!r}: expected kafka[+ssl]://[USER@]host:port[,host:port][?replication_factor=N]")
+        if mechanism not in MECHANISMS:
+            raise ConfigurationError(f"bad Kafka log URL {url!r}: sasl_mechanism must be one of {', '.join(MECHANISMS)}")
+        password = self.settings.log.kafka_password
+        if user and password is None:
+            raise ConfigurationError(f"the Kafka log URL names user {user!r}: set MEMSTREAM_LOG_KAFKA_PASSWORD to its password")
+        tls = scheme == "kafka+ssl"
+        protocol = ("SASL_SSL" if tls else "SASL_PLAINTEXT") if user else ("SSL" if tls else "PLAINTEXT")
+        ca = self.settings.log.kafka_ca_file
+        return hosts, KafkaSecurity(protocol, mechanism, user or None, password.get_secret_value() if password else None,
+                                    str(ca) if ca else None)
+
     def event_log(self):
         url = self.settings.log.url
         scheme, rest = _scheme(url, "log")
@@ -119,10 +150,11 @@ class Registry:
             return SqliteEventLog(self.embedded_log_path())
         from infra.log.kafka import KafkaEventLog
 
-        brokers, replication = rest.strip("/"), _option(url, "replication_factor", "1")
-        if not brokers or not replication.isdigit():
-            raise ConfigurationError(f"bad Kafka log URL {url!r}: expected kafka://host:port[,host:port][?replication_factor=N]")
-        return KafkaEventLog(brokers, replication_factor=int(replication))
+        replication = _option(url, "replication_factor", "1")
+        if not replication.isdigit():
+            raise ConfigurationError(f"bad Kafka log URL {url!r}: replication_factor must be a number")
+        brokers, security = self.kafka_connection()
+        return KafkaEventLog(brokers, replication_factor=int(replication), security=security)
 
     # -- views ---------------------------------------------------------------------------
     def view_url(self, view: ViewName) -> str:
@@ -157,14 +189,14 @@ class Registry:
         if scheme.startswith("opensearch"):
             from infra.catalog.opensearch import OpenSearchViewCatalog
 
-            return OpenSearchViewCatalog(_http(url), prefix)
+            return OpenSearchViewCatalog(_http(url), prefix, **self._opensearch_options(url))
         if scheme.startswith("qdrant"):
             from infra.catalog.qdrant import QdrantViewCatalog
 
             return QdrantViewCatalog(self._qdrant(url), prefix)
         from infra.catalog.neo4j import Neo4jViewCatalog
 
-        return Neo4jViewCatalog(self._neo4j_uri(url))
+        return Neo4jViewCatalog(self._neo4j_uri(url), auth=self._neo4j_auth(url))
 
     def view_dir(self, view: ViewName, generation: int) -> Path:
         return self.data_dir / "views" / view / f"gen-{generation}"
@@ -181,7 +213,7 @@ class Registry:
                 return SqliteUnitStore(d / "units.sqlite", generation)
             from infra.units.opensearch import OpenSearchUnitStore
 
-            return OpenSearchUnitStore(_http(url), prefix, generation)
+            return OpenSearchUnitStore(_http(url), prefix, generation, **self._opensearch_options(url))
         if view == "lexical":
             if scheme == "tantivy":
                 from infra.lexical.tantivy import TantivyLexicalIndex
@@ -189,7 +221,7 @@ class Registry:
                 return TantivyLexicalIndex(d, generation)
             from infra.lexical.opensearch import OpenSearchLexicalIndex
 
-            return OpenSearchLexicalIndex(_http(url), prefix, generation)
+            return OpenSearchLexicalIndex(_http(url), prefix, generation, **self._opensearch_options(url))
         if view == "dense":
             if scheme == "sqlite":
                 from infra.vectors.sqlite import SqliteVectorStore
@@ -205,7 +237,7 @@ class Registry:
                 return SqliteGraphStore(d / "graph.sqlite", generation)
             from infra.graph.neo4j import Neo4jGraphStore
 
-            return Neo4jGraphStore(self._neo4j_uri(url), generation)
+            return Neo4jGraphStore(self._neo4j_uri(url), generation, auth=self._neo4j_auth(url))
         raise ConfigurationError(f"unknown view {view!r}")
 
     def _qdrant(self, url: str):
@@ -241,7 +273,33 @@ class Registry:
     @staticmethod
     def _neo4j_uri(url: str) -> str:
         parsed = urlparse(url)
-        return f"{parsed.scheme}://{parsed.netloc}"
+        return f"{parsed.scheme}://{parsed.netloc.rpartition('@')[2]}"
+
+    def _neo4j_auth(self, url: str) -> tuple[str, str] | None:
+        """neo4j://USER@host:port with MEMSTREAM_VIEWS_NEO4J_PASSWORD; a password alone means user neo4j."""
+        password = self.settings.views.neo4j_password
+        user = _user(url)
+        if password is None:
+            if user:
+                raise ConfigurationError(f"the graph URL names user {user!r}: set MEMSTREAM_VIEWS_NEO4J_PASSWORD to its password")
+            return None
+        return (user or "neo4j", password.get_secret_value())
+
+    def _opensearch_options(self, url: str) -> dict:
+        """Basic auth (opensearch[s]://USER@host:port + MEMSTREAM_VIEWS_OPENSEARCH_PASSWORD) and TLS
+        (opensearchs://, certificates verified against MEMSTREAM_VIEWS_OPENSEARCH_CA_FILE or the system's)."""
+        out: dict = {}
+        user, password = _user(url), self.settings.views.opensearch_password
+        if user:
+            if password is None:
+                raise ConfigurationError(f"the OpenSearch URL names user {user!r}: set MEMSTREAM_VIEWS_OPENSEARCH_PASSWORD")
+            out["http_auth"] = (user, password.get_secret_value())
+        if urlparse(url).scheme == "opensearchs":
+            out.update(use_ssl=True, verify_certs=True)
+            ca = self.settings.views.opensearch_ca_file
+            if ca:
+                out["ca_certs"] = str(ca)
+        return out
 
     def drop_view(self, view: ViewName, generation: int) -> None:
         """Reclaim a retired generation's storage."""
@@ -260,7 +318,7 @@ class Registry:
         live on one machine) and Qdrant's local mode (one process)."""
         log_scheme, _ = _scheme(self.settings.log.url, "log")
         view_scheme, _ = _scheme(self.view_url(view), view)
-        return log_scheme == "kafka" and view_scheme not in EMBEDDED and view_scheme != "qdrant+local"
+        return log_scheme != "sqlite" and view_scheme not in EMBEDDED and view_scheme != "qdrant+local"
 
     def close(self) -> None:
         for client in self._qdrant_clients.values():

@@ -23,19 +23,25 @@ def _cfg(prefix: str) -> SettingsConfigDict:
 
 class LogSettings(BaseSettings):
     model_config = _cfg("MEMSTREAM_LOG_")
-    url: str = Field("sqlite://", description="sqlite:///path/log.sqlite (empty path: <data_dir>/log.sqlite) or kafka://host:port[,host:port]")
+    url: str = Field("sqlite://", description="sqlite:///path/log.sqlite (empty path: <data_dir>/log.sqlite) or "
+                                             "kafka[+ssl]://[USER@]host:port[,host:port][?sasl_mechanism=M]")
     topic: str = "memstream.events"
     partitions: int = Field(8, ge=1, le=1024)
+    kafka_password: SecretStr | None = Field(None, description="SASL password of the user named in a kafka://USER@host URL.")
+    kafka_ca_file: Path | None = Field(None, description="CA bundle for kafka+ssl:// (default: the system's).")
 
 
 class ViewSettings(BaseSettings):
     model_config = _cfg("MEMSTREAM_VIEWS_")
-    hierarchy_url: str = Field("sqlite://", description="sqlite:// (embedded) or opensearch://host:port[?prefix=memstream]")
-    lexical_url: str = Field("tantivy://", description="tantivy:// (embedded) or opensearch://host:port[?prefix=memstream]")
+    hierarchy_url: str = Field("sqlite://", description="sqlite:// (embedded) or opensearch[s]://[USER@]host:port[?prefix=memstream]")
+    lexical_url: str = Field("tantivy://", description="tantivy:// (embedded) or opensearch[s]://[USER@]host:port[?prefix=memstream]")
     dense_url: str = Field("sqlite://", description="sqlite:// (embedded, exact numpy search), qdrant://host:port[?grpc_port=N] "
                                                     "(qdrants:// for TLS) or qdrant+local://[path]")
     qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server (sent as the api-key header / gRPC metadata).")
-    graph_url: str = Field("sqlite://", description="sqlite:// (embedded, scipy PageRank) or neo4j://host:port (GDS PageRank)")
+    neo4j_password: SecretStr | None = Field(None, description="Password of the user named in neo4j://USER@host:port (default user neo4j).")
+    opensearch_password: SecretStr | None = Field(None, description="Basic-auth password of the user named in opensearch[s]://USER@host:port.")
+    opensearch_ca_file: Path | None = Field(None, description="CA bundle for opensearchs:// (default: the system's).")
+    graph_url: str = Field("sqlite://", description="sqlite:// (embedded, scipy PageRank) or neo4j[+s]://[USER@]host:port (GDS PageRank)")
 
 
 class EncoderSettings(BaseSettings):

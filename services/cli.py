@@ -491,7 +491,7 @@ def cmd_worker(args) -> int:
     from streams.faust_worker import run_worker
 
     settings = _settings(args)
-    if urlparse(settings.log.url).scheme != "kafka":
+    if not urlparse(settings.log.url).scheme.startswith("kafka"):
         raise MemstreamError("`memstream worker` runs projections on Kafka (set MEMSTREAM_LOG_URL=kafka://host:port); "
                              "with the embedded log, `memstream process` or `memstream serve` run them")
     views = (args.projection,) if args.projection else VIEW_NAMES
@@ -526,7 +526,8 @@ def cmd_worker(args) -> int:
                              mode="kafka", observe_freshness=False)
         app.add_future(monitor.run(asyncio.Event()))
 
-    run_worker(pipeline, views, urlparse(settings.log.url).netloc.split(",")[0], batch_size=settings.runner.batch_size,
+    bootstrap, security = pipeline.backends.kafka_connection()
+    run_worker(pipeline, views, bootstrap, credentials=security.faust_credentials(), batch_size=settings.runner.batch_size,
                loglevel="INFO" if args.verbose else "WARNING", ready_file=os.environ.get("MEMSTREAM_WORKER_READY_FILE"),
                on_started=start_metrics)
     return 0
@@ -553,7 +554,7 @@ def cmd_serve(args) -> int:
               f"{settings.api.port} is an admin of every tenant", file=sys.stderr)
     app = create_app(settings, process=not args.no_process, insecure=args.insecure_no_auth)
     tls = {"ssl_certfile": str(settings.api.tls_cert), "ssl_keyfile": str(settings.api.tls_key)} if settings.api.tls_cert else {}
-    uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_level="warning", **tls)
+    uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_level="debug" if args.verbose else "warning", **tls)
     return 0
 
 

@@ -34,3 +34,19 @@ def configure_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     for noisy in ("httpx", "urllib3", "transformers", "FlagEmbedding", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_credential_loggers()
+
+
+def quiet_credential_loggers() -> None:
+    """Never below INFO, whatever the level: at DEBUG aiokafka prints every request it sends,
+    SASL/PLAIN's (user, password) bytes included (tests/integration/test_secrets_never_logged.py).
+    A filter rather than a level, so that a framework that resets levels (faust) cannot undo it."""
+    logger = logging.getLogger("aiokafka.conn")
+    if not any(getattr(f, "memstream", False) for f in logger.filters):
+        class _AtLeastInfo(logging.Filter):
+            memstream = True
+
+            def filter(self, record: logging.LogRecord) -> bool:
+                return record.levelno >= logging.INFO
+
+        logger.addFilter(_AtLeastInfo())

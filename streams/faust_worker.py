@@ -47,15 +47,16 @@ def to_record(event) -> LogRecord:
 
 def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *, batch_size: int = 256, within: float = 0.5,
               session_timeout: float = 10.0, heartbeat: float = 1.0, rebalance_timeout: float = 5.0, catch_up_every: float = 2.0,
-              ready_file: str | None = None, on_started=None):
+              ready_file: str | None = None, on_started=None, credentials=None):
     """A faust app with one agent per view. The pipeline must use the Kafka event log and be
     built for exactly these views (the app starts it). `on_started(app)` runs once the views
-    are open."""
+    are open. `credentials`: faust broker credentials (infra/log/kafka_security.py)."""
     import faust
 
     app = faust.App(
         f"memstream.{views[0]}" if len(views) == 1 else "memstream.workers",
-        broker=f"aiokafka://{bootstrap}",
+        broker=[f"aiokafka://{b}" for b in bootstrap.split(",")],
+        broker_credentials=credentials,
         store="memory://",
         web_enabled=False,
         datadir=tempfile.mkdtemp(prefix="memstream-faust-"),

@@ -21,7 +21,8 @@ How the port (schemas/ports/event_log.py) maps onto Kafka:
 Errors: unknown topic -> LogError naming it; broker unreachable or timing out -> TransientError;
 any other broker refusal -> LogError.
 
-URL: kafka://host:port[,host:port][?replication_factor=N] (N defaults to 1, a single broker).
+URL: kafka://[USER@]host:port[,host:port][?replication_factor=N&sasl_mechanism=M] (N defaults to 1,
+a single broker), kafka+ssl:// for TLS; credentials and TLS: infra/log/kafka_security.py.
 """
 
 from __future__ import annotations
@@ -35,15 +36,20 @@ from typing import Iterator, Mapping, Sequence
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import (
+    AuthenticationFailedError,
+    AuthenticationMethodNotSupported,
+    KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
     OffsetOutOfRangeError,
+    SaslAuthenticationFailed,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     for_code,
 )
 from aiokafka.structs import OffsetAndMetadata
 
+from infra.log.kafka_security import KafkaSecurity
 from schemas.errors import LogError, MemstreamError, TransientError
 from schemas.ports.event_log import AppendFailed, Appended, LogRecord, NewRecord, place
 
@@ -63,12 +69,13 @@ class KafkaEventLog:
     backend = "kafka"
 
     def __init__(self, bootstrap: str, *, replication_factor: int = 1, request_timeout: float = 30.0,
-                 client_id: str = "memstream"):
+                 client_id: str = "memstream", security: KafkaSecurity | None = None):
         self.bootstrap = bootstrap
         self.replication_factor = replication_factor
         self.request_timeout = request_timeout
+        self.security = security or KafkaSecurity()
         self._common = {"bootstrap_servers": bootstrap, "client_id": client_id,
-                        "request_timeout_ms": int(request_timeout * 1000)}
+                        "request_timeout_ms": int(request_timeout * 1000), **self.security.client_kwargs()}
         self._admin: AIOKafkaAdminClient | None = None
         self._producer: AIOKafkaProducer | None = None
         self._offsets: AIOKafkaConsumer | None = None  # end offsets only: no group, no assignment
@@ -81,14 +88,34 @@ class KafkaEventLog:
     async def start(self) -> None:
         try:
             with self._errors("connecting"):
-                self._admin = AIOKafkaAdminClient(**self._common)
-                await self._admin.start()
+                try:
+                    self._admin = AIOKafkaAdminClient(**self._common)
+                    await self._admin.start()
+                except KafkaConnectionError:
+                    await self._diagnose()  # aiokafka reports a refused login as "unable to bootstrap"
+                    raise
                 self._producer = AIOKafkaProducer(acks="all", enable_idempotence=True, **self._common)
                 await self._producer.start()
                 self._offsets = await self._consumer()
         except BaseException:
             await self.close()
             raise
+
+    async def _diagnose(self) -> None:
+        """With SASL on, one direct connection tells a refused login (raised as such: a wrong
+        password does not fix itself with retries) from a broker that is away."""
+        if not self.security.sasl:
+            return
+        from aiokafka.conn import create_conn
+
+        host, _, port = self.bootstrap.split(",")[0].rpartition(":")
+        try:
+            conn = await create_conn(host, int(port), request_timeout_ms=int(self.request_timeout * 1000), **self.security.client_kwargs())
+        except (AuthenticationFailedError, SaslAuthenticationFailed, AuthenticationMethodNotSupported):
+            raise
+        except Exception:  # noqa: BLE001 - not a login problem: the original error stands
+            return
+        conn.close()
 
     async def close(self) -> None:
         clients = [r.consumer for r in self._readers.values()] + list(self._committers.values())
@@ -133,6 +160,11 @@ class KafkaEventLog:
             raise
         except UnknownTopicOrPartitionError as exc:
             raise LogError(f"unknown topic or partition while {doing}: {exc}") from exc
+        except (AuthenticationFailedError, SaslAuthenticationFailed, AuthenticationMethodNotSupported) as exc:
+            who = f"as {self.security.username!r} " if self.security.username else ""
+            raise LogError(f"Kafka at {self.bootstrap} refused to authenticate memstream {who}({type(exc).__name__}, "
+                           f"{self.security.protocol} {self.security.mechanism if self.security.sasl else ''}) while {doing}: check the "
+                           "user in MEMSTREAM_LOG_URL and MEMSTREAM_LOG_KAFKA_PASSWORD") from None
         except (KafkaError, OSError) as exc:  # OSError includes TimeoutError
             if isinstance(exc, KafkaError) and not (exc.retriable or isinstance(exc, KafkaTimeoutError)):
                 raise LogError(f"Kafka at {self.bootstrap} refused {doing}: {exc}") from exc
