@@ -68,7 +68,17 @@ export MEMSTREAM_PYTHON=$PWD/.venv/bin/python
 state=$(mktemp -d "${TMPDIR:-/tmp}/memstream-test-servers.XXXXXX")
 rc=1
 cleanup() {  # every server of the list, also one whose start was interrupted (its JVM runs detached)
-  for server in $SERVERS; do infra/servers/stop.sh "$server" --data "$state" || true; done
+  # Authentication on: Kafka with SASL/SCRAM (user memstream), Neo4j with a password (user neo4j),
+# fresh random secrets per run, handed to the tests as MEMSTREAM_TEST_*_USERNAME/_PASSWORD (a
+# server given from outside brings its own, in the same variables).
+secret() { .venv/bin/python -c "import secrets; print(secrets.token_urlsafe(24))"; }
+case " $SERVERS " in *" kafka "*)
+  export KAFKA_SASL_PASSWORD=$(secret) MEMSTREAM_TEST_KAFKA_USERNAME=memstream
+  export MEMSTREAM_TEST_KAFKA_PASSWORD=$KAFKA_SASL_PASSWORD;; esac
+case " $SERVERS " in *" neo4j "*)
+  export NEO4J_PASSWORD=$(secret) MEMSTREAM_TEST_NEO4J_USERNAME=neo4j
+  export MEMSTREAM_TEST_NEO4J_PASSWORD=$NEO4J_PASSWORD;; esac
+for server in $SERVERS; do infra/servers/stop.sh "$server" --data "$state" || true; done
   if [ "$rc" = 0 ]; then rm -rf "$state"; else echo "test.sh: server state and logs kept in $state" >&2; fi
 }
 trap cleanup EXIT

@@ -1,10 +1,12 @@
 """Readiness probe used by start.sh: polls a server with its real Python client until it answers.
 
 usage: python health.py <kafka|neo4j|opensearch|qdrant> <address> <timeout-seconds> [pid]
-  kafka:      address = host:port   -> AIOKafkaAdminClient.describe_cluster() and
+  kafka:      address = host:port   -> AIOKafkaAdminClient.describe_cluster() (SASL/SCRAM as
+                                       "memstream" when $KAFKA_SASL_PASSWORD is set) and
                                        find_coordinator() (creates __consumer_offsets, so the
                                        first consumer group of a test does not have to wait)
-  neo4j:      address = bolt URI    -> RETURN gds.version() through the neo4j driver
+  neo4j:      address = bolt URI    -> RETURN gds.version() through the neo4j driver (as
+                                       "neo4j" / $NEO4J_PASSWORD when set)
   opensearch: address = http URL    -> cluster health green/yellow through opensearch-py
   qdrant:     address = http URL?grpc_port=N -> GET /readyz ("all shards are ready"), then
                                        get_collections() over gRPC through qdrant-client (API
@@ -36,7 +38,10 @@ async def kafka_once(addr):
     from aiokafka.admin import AIOKafkaAdminClient
 
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    admin = AIOKafkaAdminClient(bootstrap_servers=addr, request_timeout_ms=5000)
+    password = os.environ.get("KAFKA_SASL_PASSWORD")
+    auth = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "memstream",
+            "sasl_plain_password": password} if password else {}
+    admin = AIOKafkaAdminClient(bootstrap_servers=addr, request_timeout_ms=5000, **auth)
     await admin.start()
     try:
         c = await admin.describe_cluster()
@@ -53,7 +58,8 @@ def kafka_probe(addr):
 def neo4j_probe(addr):
     from neo4j import GraphDatabase
 
-    with GraphDatabase.driver(addr, auth=None, connection_timeout=5) as d:
+    password = os.environ.get("NEO4J_PASSWORD")
+    with GraphDatabase.driver(addr, auth=("neo4j", password) if password else None, connection_timeout=5) as d:
         rec = d.execute_query("RETURN gds.version() AS gds").records[0]
         comp = d.execute_query("CALL dbms.components() YIELD versions RETURN versions[0] AS v").records[0]
         return f"neo4j {comp['v']} gds {rec['gds']}"

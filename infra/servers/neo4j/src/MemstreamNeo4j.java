@@ -5,6 +5,7 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Enumeration;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CountDownLatch;
 import java.util.jar.JarEntry;
 import java.util.jar.JarFile;
@@ -28,6 +29,8 @@ import org.neo4j.procedure.UserFunction;
  * classpath, so after start every class under org/neo4j/gds/ that has an @Procedure,
  * @UserFunction or @UserAggregationFunction method is registered through GlobalProcedures.
  * The GDS ExtensionFactory classes are found on the classpath by Neo4j itself (ServiceLoader).
+ * With dbms.security.auth_enabled=true, the password of user "neo4j" is set from the environment
+ * variable NEO4J_PASSWORD (never from the command line or a file), through the system database.
  * Prints "MEMSTREAM_NEO4J_READY" when done; shuts down cleanly on SIGTERM.
  */
 public final class MemstreamNeo4j {
@@ -52,6 +55,12 @@ public final class MemstreamNeo4j {
             }
         }, "memstream-neo4j-shutdown"));
 
+        String password = System.getenv("NEO4J_PASSWORD");
+        if (password != null && !password.isEmpty()) {
+            dbms.database("system").executeTransactionally(
+                    "ALTER USER neo4j SET PASSWORD $password CHANGE NOT REQUIRED", Map.of("password", password));
+            System.out.println("MemstreamNeo4j: auth on, password of user neo4j set from NEO4J_PASSWORD");
+        }
         GraphDatabaseService db = dbms.database("neo4j");
         GlobalProcedures procs = ((GraphDatabaseAPI) db).getDependencyResolver()
                 .resolveDependency(GlobalProcedures.class);
