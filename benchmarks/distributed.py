@@ -71,7 +71,7 @@ async def distributed_ingest(settings: Settings, samples, conversations, kcat_co
         t_first = time.perf_counter()
         await Publisher(pipeline.log, settings.log.topic).publish(own)
         if foreign:
-            servers.kcat_publish(settings.log.url.removeprefix("kafka://").split("?")[0], settings.log.topic, foreign)
+            servers.kcat_publish(pipeline.backends.kafka_connection()[0].split(",")[0], settings.log.topic, foreign)
         end = await pipeline.log.end_offsets(settings.log.topic)
         log(f"published {len(own)} events with the log adapter and {len(foreign)} with kcat")
         # Ready: every view's position (kept with its writes) at the end offset.
@@ -202,12 +202,12 @@ async def main() -> int:
         prefix = f"bench{uuid.uuid4().hex[:6]}"
         dist = Settings.load(
             data_dir=work / "distributed",
-            log={"url": f"kafka://{kafka}", "topic": f"{prefix}.events"},
+            log=servers.kafka_log(kafka, topic=f"{prefix}.events"),
             views={"hierarchy_url": f"opensearch://{opensearch.removeprefix('http://')}?prefix={prefix}",
                    "lexical_url": f"opensearch://{opensearch.removeprefix('http://')}?prefix={prefix}",
                    "dense_url": (f"qdrant+local://{work / 'distributed' / 'qdrant'}?prefix={prefix}" if qdrant is None
                                  else servers.qdrant_view_url(qdrant, prefix, grpc=args.qdrant == "grpc")),
-                   "graph_url": neo4j},
+                   **servers.neo4j_views(neo4j)},
         )
         Path(dist.data_dir).mkdir(parents=True, exist_ok=True)
         report["qdrant"] = args.qdrant

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -101,7 +102,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="neo4j-agreement-"))
     shutil.copy(args.graph, work / "graph.sqlite")  # never touch the source store
     sq = SqliteGraphStore(work / "graph.sqlite", 1)
-    neo = Neo4jGraphStore(args.uri, uuid.uuid4().int % 2**52 + 1_000_000)
+    neo = Neo4jGraphStore(args.uri, uuid.uuid4().int % 2**52 + 1_000_000,
+                          auth=("neo4j", os.environ["NEO4J_PASSWORD"]) if os.environ.get("NEO4J_PASSWORD") else None)
     report: dict = {"graph": str(args.graph), "uri": args.uri}
     try:
         changes = load(sq)

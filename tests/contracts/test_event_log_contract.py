@@ -28,7 +28,9 @@ def _sqlite_log(request, tmp_path):
 def _kafka_log(request, tmp_path):
     from infra.log.kafka import KafkaEventLog
 
-    return KafkaEventLog(request.getfixturevalue("kafka_bootstrap"))
+    from tests.integration.servers import kafka_security
+
+    return KafkaEventLog(request.getfixturevalue("kafka_bootstrap"), security=kafka_security())
 
 
 ADAPTERS = {"sqlite": _sqlite_log, "kafka": _kafka_log}

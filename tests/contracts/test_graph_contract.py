@@ -28,17 +28,19 @@ def _neo4j(request, tmp_path):
 
     # One server per session; a random generation number per test is the namespace every
     # node, query and GDS projection of the store is bound to, so tests never see each other.
+    from tests.integration.servers import neo4j_auth
+
     uri, generation = request.getfixturevalue("neo4j_uri"), uuid.uuid4().int % 2**52 + 1_000_000
 
     def cleanup():  # runs after the store is closed: a second store drops the generation's nodes
-        leftover = Neo4jGraphStore(uri, generation)
+        leftover = Neo4jGraphStore(uri, generation, auth=neo4j_auth())
         try:
             leftover.drop_generation()
         finally:
             leftover.close()
 
     request.addfinalizer(cleanup)
-    return Neo4jGraphStore(uri, generation)
+    return Neo4jGraphStore(uri, generation, auth=neo4j_auth())
 
 
 ADAPTERS = {"sqlite": _sqlite, "neo4j": _neo4j}

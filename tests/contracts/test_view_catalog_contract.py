@@ -21,7 +21,9 @@ def _neo4j(request, tmp_path):
 
     # The server is shared by the session; tests are isolated by their fresh view names
     # (the `view` fixture), whose catalog nodes are deleted afterwards.
-    catalog = Neo4jViewCatalog(request.getfixturevalue("neo4j_uri"))
+    from tests.integration.servers import neo4j_auth
+
+    catalog = Neo4jViewCatalog(request.getfixturevalue("neo4j_uri"), auth=neo4j_auth())
     view = request.getfixturevalue("view")
 
     def cleanup():

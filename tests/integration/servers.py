@@ -68,6 +68,46 @@ def _check_tools(name: str) -> None:
                           f"server's MEMSTREAM_TEST_* address)")
 
 
+# server -> (the variable start.sh reads, (the tests' user and password variables))
+SERVER_SECRETS = {
+    "kafka": ("KAFKA_SASL_PASSWORD", ("MEMSTREAM_TEST_KAFKA_USERNAME", "MEMSTREAM_TEST_KAFKA_PASSWORD")),
+    "neo4j": ("NEO4J_PASSWORD", ("MEMSTREAM_TEST_NEO4J_USERNAME", "MEMSTREAM_TEST_NEO4J_PASSWORD")),
+}
+
+
+def kafka_security():
+    """How the tests authenticate to the test broker (SASL/SCRAM when it has a password)."""
+    from infra.log.kafka_security import KafkaSecurity
+
+    password = os.environ.get("MEMSTREAM_TEST_KAFKA_PASSWORD")
+    if not password:
+        return KafkaSecurity()
+    return KafkaSecurity("SASL_PLAINTEXT", "SCRAM-SHA-512", os.environ.get("MEMSTREAM_TEST_KAFKA_USERNAME", "memstream"), password)
+
+
+def kafka_log(bootstrap: str, **fields) -> dict:
+    """Settings.log for the test broker: its URL with the user, and the password."""
+    sec = kafka_security()
+    url = f"kafka://{sec.username}@{bootstrap}" if sec.sasl else f"kafka://{bootstrap}"
+    return {"url": url, **({"kafka_password": sec.password} if sec.sasl else {}), **fields}
+
+
+def kafka_admin_kwargs(bootstrap: str) -> dict:
+    """Keyword arguments for an aiokafka client of the test broker."""
+    return {"bootstrap_servers": bootstrap, **kafka_security().client_kwargs()}
+
+
+def neo4j_auth() -> tuple[str, str] | None:
+    password = os.environ.get("MEMSTREAM_TEST_NEO4J_PASSWORD")
+    return (os.environ.get("MEMSTREAM_TEST_NEO4J_USERNAME", "neo4j"), password) if password else None
+
+
+def neo4j_views(uri: str) -> dict:
+    """Settings.views fields for the graph view on the test Neo4j."""
+    auth = neo4j_auth()
+    return {"graph_url": uri, **({"neo4j_password": auth[1]} if auth else {})}
+
+
 @contextmanager
 def _server(name: str, env_var: str, output_key: str, port_vars: tuple[str, ...], strip: str = "") -> Iterator[str]:
     given = os.environ.get(env_var)
@@ -77,6 +117,13 @@ def _server(name: str, env_var: str, output_key: str, port_vars: tuple[str, ...]
     _check_tools(name)
     state = Path(tempfile.mkdtemp(prefix="memstream-test-servers-"))
     env = {**os.environ, **{var: str(p) for var, p in zip(port_vars, free_ports(len(port_vars)))}, "MEMSTREAM_PYTHON": sys.executable}
+    # Authentication on, as scripts/test.sh runs them: a fresh secret per server, handed to the
+    # tests through the same MEMSTREAM_TEST_* variables test.sh exports.
+    secret = SERVER_SECRETS.get(name)
+    if secret is not None:
+        server_var, test_vars = secret
+        env[server_var] = os.environ[test_vars[1]] = secrets.token_urlsafe(24)
+        os.environ[test_vars[0]] = "memstream" if name == "kafka" else "neo4j"
     started = subprocess.run([str(SERVERS / "start.sh"), name, "--data", str(state), "--fresh"], env=env,
                              capture_output=True, text=True, timeout=900)
     if started.returncode != 0:
@@ -185,14 +232,36 @@ def drop_qdrant_prefix(server_url: str, prefix: str) -> None:
         client.close()
 
 
+def kcat_config(directory: Path | None = None) -> list[str]:
+    """kcat arguments for the test broker's authentication: a librdkafka config file (mode 0600)
+    rather than -X flags, so the password is never on a command line."""
+    sec = kafka_security()
+    if sec.sasl:  # librdkafka < 2.6.1 (Debian's kcat) cannot SCRAM with Kafka >= 4.0: the test broker offers PLAIN too
+        from dataclasses import replace
+
+        sec = replace(sec, mechanism="PLAIN")
+    config = sec.librdkafka_config()
+    if config == {"security.protocol": "plaintext"}:
+        return []
+    fd, path = tempfile.mkstemp(prefix="kcat-", suffix=".conf", dir=directory)
+    with os.fdopen(fd, "w") as f:
+        f.write("".join(f"{k}={v}\n" for k, v in config.items()))
+    return ["-F", path]
+
+
 def kcat_publish(bootstrap: str, topic: str, events) -> int:
     """Publish events with kcat (librdkafka): a foreign producer. Keys are `tenant/conversation`
     and the partitioner is murmur2, so records land where memstream's own producer puts them."""
     if shutil.which("kcat") is None:
         raise Unavailable("kcat is not installed (Debian package `kcat`)")
     lines = "".join(f"{e.tenant_id}/{e.conversation_id}\t{e.model_dump_json()}\n" for e in events)
-    out = subprocess.run(["kcat", "-P", "-b", bootstrap, "-t", topic, "-K", "\t", "-X", "partitioner=murmur2_random"],
-                         input=lines, text=True, capture_output=True, timeout=300)
+    auth = kcat_config()
+    try:
+        out = subprocess.run(["kcat", *auth, "-P", "-b", bootstrap, "-t", topic, "-K", "\t", "-X", "partitioner=murmur2_random"],
+                             input=lines, text=True, capture_output=True, timeout=300)
+    finally:
+        if auth:
+            os.unlink(auth[1])
     if out.returncode != 0:
         raise RuntimeError(f"kcat failed: {out.stderr}")
     return lines.count("\n")
@@ -206,20 +275,27 @@ def reset_neo4j_graph_view(uri: str, generations: range = range(1, 10)) -> None:
 
     from infra.neo4j_base import drop_generation_data
 
-    with neo4j.GraphDatabase.driver(uri, auth=None) as driver, driver.session() as s:
+    with neo4j.GraphDatabase.driver(uri, auth=neo4j_auth()) as driver, driver.session() as s:
         for generation in generations:
             drop_generation_data(s, "graph", generation)
         s.run("MATCH (n) WHERE (n:MemstreamGeneration OR n:MemstreamCatalogLock) AND n.view = 'graph' DETACH DELETE n").consume()
 
 
 def memstream_env(settings) -> dict[str, str]:
-    """Environment variables that give a child `memstream` process these settings' log and views."""
-    return {
+    """Environment variables that give a child `memstream` process these settings' log and views
+    (the secrets included, as an operator's environment would hold them)."""
+    env = {
         "MEMSTREAM_DATA_DIR": str(settings.data_dir), "MEMSTREAM_LOG_URL": settings.log.url, "MEMSTREAM_LOG_TOPIC": settings.log.topic,
         "MEMSTREAM_LOG_PARTITIONS": str(settings.log.partitions),
         "MEMSTREAM_VIEWS_HIERARCHY_URL": settings.views.hierarchy_url, "MEMSTREAM_VIEWS_LEXICAL_URL": settings.views.lexical_url,
         "MEMSTREAM_VIEWS_DENSE_URL": settings.views.dense_url, "MEMSTREAM_VIEWS_GRAPH_URL": settings.views.graph_url,
     }
+    for var, secret in (("MEMSTREAM_LOG_KAFKA_PASSWORD", settings.log.kafka_password), ("MEMSTREAM_VIEWS_NEO4J_PASSWORD", settings.views.neo4j_password),
+                        ("MEMSTREAM_VIEWS_OPENSEARCH_PASSWORD", settings.views.opensearch_password),
+                        ("MEMSTREAM_VIEWS_QDRANT_API_KEY", settings.views.qdrant_api_key)):
+        if secret is not None:
+            env[var] = secret.get_secret_value()
+    return env
 
 
 def spawn_worker(settings, log_path: Path, ready_file: Path, *args: str, **env: str):

@@ -81,9 +81,9 @@ def stack(kafka_bootstrap, opensearch_url, neo4j_uri, qdrant_url, tmp_path):
     host = opensearch_url.removeprefix("http://")
     yield Settings.load(
         data_dir=tmp_path / "distributed",
-        log={"url": f"kafka://{kafka_bootstrap}", "topic": f"{prefix}.events", "partitions": 4},
+        log=servers.kafka_log(kafka_bootstrap, topic=f"{prefix}.events", partitions=4),
         views={"hierarchy_url": f"opensearch://{host}?prefix={prefix}", "lexical_url": f"opensearch://{host}?prefix={prefix}",
-               "dense_url": servers.qdrant_view_url(qdrant_url, prefix), "graph_url": neo4j_uri},
+               "dense_url": servers.qdrant_view_url(qdrant_url, prefix), **servers.neo4j_views(neo4j_uri)},
     )
     servers.drop_qdrant_prefix(qdrant_url, prefix)
 

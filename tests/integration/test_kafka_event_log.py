@@ -14,6 +14,7 @@ import pytest
 
 from schemas.errors import TransientError
 from schemas.ports.event_log import NewRecord, default_partition
+from tests.integration import servers
 from tests.integration.servers import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 async def log(kafka_bootstrap):
     from infra.log.kafka import KafkaEventLog
 
-    adapter = KafkaEventLog(kafka_bootstrap)
+    adapter = KafkaEventLog(kafka_bootstrap, security=servers.kafka_security())
     await adapter.start()
     yield adapter
     await adapter.close()
@@ -39,7 +40,7 @@ async def test_topics_keep_records_forever_stamped_with_the_broker_clock(log, ka
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
     await log.ensure_topic(topic, 2)
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    admin = AIOKafkaAdminClient(**servers.kafka_admin_kwargs(kafka_bootstrap))
     await admin.start()
     try:
         described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
@@ -55,7 +56,7 @@ async def test_topics_keep_records_forever_stamped_with_the_broker_clock(log, ka
     assert got.headers == (("h", b"\x00\xff"),) and got.key == "k"
 
 
-async def test_records_from_a_foreign_producer_are_read_back(log, kafka_bootstrap, topic):
+async def test_records_from_a_foreign_producer_are_read_back(log, kafka_bootstrap, topic, tmp_path):
     kcat = shutil.which("kcat")
     if kcat is None:
         pytest.skip("INTEGRATION NOT RUN: kcat is not installed (apt-get install -y kcat; scripts/test.sh does it)")
@@ -64,7 +65,7 @@ async def test_records_from_a_foreign_producer_are_read_back(log, kafka_bootstra
     lines = "".join(f"{k}:hello {i} from kcat\n" for i, k in enumerate(keys))
     # librdkafka's default partitioner hashes keys with CRC32; murmur2_random is Java's (and
     # memstream's) placement, which foreign producers must use to share partitions with us.
-    subprocess.run([kcat, "-P", "-b", kafka_bootstrap, "-t", topic, "-K:", "-H", "source=kcat",
+    subprocess.run([kcat, *servers.kcat_config(tmp_path), "-P", "-b", kafka_bootstrap, "-t", topic, "-K:", "-H", "source=kcat",
                     "-X", "partitioner=murmur2_random"], input=lines.encode(), check=True, timeout=60)
     records = []
     for p in range(4):
@@ -93,7 +94,7 @@ async def test_the_write_path_on_kafka_builds_the_views_the_embedded_log_builds(
     items = sample_items()
     junk = NewRecord(key="demo/lisbon-trip", value=b"not an event")
     built = {}
-    for name, log_settings in (("sqlite", {}), ("kafka", {"url": f"kafka://{kafka_bootstrap}", "topic": topic})):
+    for name, log_settings in (("sqlite", {}), ("kafka", servers.kafka_log(kafka_bootstrap, topic=topic))):
         p, settings = make_pipeline(tmp_path / name, models, log=log_settings, runner={"batch_size": 4})
         await p.start()
         try:

@@ -32,7 +32,9 @@ def new_store(uri: str, generation: int | None = None, **kw):
     """A store on a fresh random generation: the namespace that isolates this test's data."""
     from infra.graph.neo4j import Neo4jGraphStore
 
-    return Neo4jGraphStore(uri, generation or uuid.uuid4().int % 2**52 + 1_000_000, **kw)
+    from tests.integration.servers import neo4j_auth
+
+    return Neo4jGraphStore(uri, generation or uuid.uuid4().int % 2**52 + 1_000_000, auth=neo4j_auth(), **kw)
 
 
 def close_to(a: dict, b: dict, tol: float = 1e-12) -> bool:
@@ -53,7 +55,9 @@ def store(neo4j_uri):
 def driver(neo4j_uri):
     import neo4j
 
-    d = neo4j.GraphDatabase.driver(neo4j_uri, auth=None)
+    from tests.integration.servers import neo4j_auth
+
+    d = neo4j.GraphDatabase.driver(neo4j_uri, auth=neo4j_auth())
     yield d
     d.close()
 
@@ -191,7 +195,9 @@ def test_dropping_a_generation_in_the_catalog_reclaims_its_nodes_and_projections
     store.personalized_pagerank(b, {ids["rome"]: 1.0}, 0.6)
     prefix = f"memstream-graph-g{store.generation}-"
     assert len(gds_graphs(driver, prefix)) == 1
-    catalog = Neo4jViewCatalog(neo4j_uri)
+    from tests.integration.servers import neo4j_auth
+
+    catalog = Neo4jViewCatalog(neo4j_uri, auth=neo4j_auth())
     try:
         catalog.drop("graph", store.generation)  # a retired generation (never live here)
         with driver.session() as s:

@@ -46,7 +46,7 @@ def view_lag(settings: Settings, view: str, end: dict[int, int]) -> int:
 def view_settings(request, kafka_bootstrap, tmp_path):
     """(view, settings): the view on its server, the log on Kafka; the server's data is dropped after."""
     prefix = f"rb{uuid.uuid4().hex[:8]}"
-    log = {"url": f"kafka://{kafka_bootstrap}", "topic": f"{prefix}.events", "partitions": 4}
+    log = servers.kafka_log(kafka_bootstrap, topic=f"{prefix}.events", partitions=4)
     if request.param == "lexical":
         host = request.getfixturevalue("opensearch_url").removeprefix("http://")
         yield "lexical", Settings.load(data_dir=tmp_path / "dist", log=log, views={"lexical_url": f"opensearch://{host}?prefix={prefix}"})
