@@ -356,7 +356,8 @@ async def cmd_demo(args) -> int:
         print("\n3. what each view holds for conversation 'lisbon-trip' (tenant 'demo'):")
         describe(pipeline, Boundary("demo", ("lisbon-trip",)), out=lambda s: print("   " + s), probe="Maya vegetarian dinner")
         await asyncio.to_thread(_demo_questions, settings, pipeline.backends)
-        print(f"\ndone in {time.perf_counter() - t0:.1f}s. Try: memstream status | memstream serve | memstream replay --projection all")
+        print(f"\ndone in {time.perf_counter() - t0:.1f}s. Try: memstream status | memstream replay --projection all | "
+              "memstream keys create --role admin, then memstream serve")
     finally:
         await pipeline.close()
     return 0
