@@ -8,7 +8,8 @@
   "[date] Speaker: text"), dense top-128, then a cross-encoder rerank to the top 15 when a
   reranker model is configured. No reranker weights are obtainable here, so it runs without one
   and says so in its notes. Its windows are the strategy's own index: built on first use per
-  conversation version and cached (encoding them is what makes Raw-RAG expensive to ingest).
+  corpus (boundary and conversation version) and kept with it (encoding them is what makes
+  Raw-RAG expensive to ingest).
 - `pyramid` (MGRetrieval, seed 001, made zero-token): the query's keywords that occur in the
   memory's vocabulary form a pyramid of keyword groups, from the most specific (all keywords,
   rarest first) to single keywords; turns matching a group are taken in BM25 order, and the
@@ -21,8 +22,6 @@ Every baseline ranks all turns of the boundary, so any budget can be filled.
 from __future__ import annotations
 
 import itertools
-import threading
-from collections import OrderedDict
 
 import numpy as np
 
@@ -94,24 +93,16 @@ def pyramid(ctx: QueryContext, depth: int = 4) -> Ranking:
     return Ranking(turn_ranking(ctx, ranked, {"bm25": bm}), notes=[f"pyramid keywords: {', '.join(kws) or '(none)'}"])
 
 
-_BAGS: "OrderedDict[int, list[set[str]]]" = OrderedDict()
-_BAGS_LOCK = threading.Lock()
-
-
 def _stem_bags(corpus) -> list[set[str]]:
-    with _BAGS_LOCK:
-        bags = _BAGS.get(id(corpus))
-        if bags is None:
-            bags = [set(tokens(f"{t.provenance.speakers[0]}: {t.text}")) for t in corpus.turns]
-            _BAGS[id(corpus)] = bags
-            while len(_BAGS) > 32:
-                _BAGS.popitem(last=False)
-        return bags
+    bags = corpus.derived.get("stem_bags")
+    if bags is None:  # two queries racing here both build the same bags
+        bags = corpus.derived["stem_bags"] = [set(tokens(f"{t.provenance.speakers[0]}: {t.text}")) for t in corpus.turns]
+    return bags
 
 
 # -- raw-rag ----------------------------------------------------------------------------------
 class RawRag:
-    """Raw-RAG over its own token windows; the window index is cached per corpus."""
+    """Raw-RAG over its own token windows; the window index is kept on the corpus."""
 
     def __init__(self, window_tokens: int = 256, overlap: int = 32, dense_k: int = 128, rerank_k: int = 15, reranker=None):
         self.window_tokens = window_tokens
@@ -119,14 +110,12 @@ class RawRag:
         self.dense_k = dense_k
         self.rerank_k = rerank_k
         self.reranker = reranker
-        self._cache: OrderedDict[int, tuple[list[list[int]], np.ndarray]] = OrderedDict()
-        self._lock = threading.Lock()
 
     def _index(self, ctx: QueryContext) -> tuple[list[list[int]], np.ndarray]:
-        key = id(ctx.corpus)
-        with self._lock:
-            if key in self._cache:
-                return self._cache[key]
+        key = ("raw-rag", self.window_tokens, self.overlap)
+        hit = ctx.corpus.derived.get(key)
+        if hit is not None:
+            return hit
         tokenizer = getattr(ctx.encoder, "_tokenizer", None)
         corpus = ctx.corpus
         lines = [f"[{t.provenance.occurred_from:%d %B %Y}] {t.provenance.speakers[0]}: {t.text}" for t in corpus.turns]
@@ -145,10 +134,7 @@ class RawRag:
             start += step
         with ctx.timed("raw-rag index"):
             vectors = ctx.encoder.encode(["\n".join(lines[i] for i in w) for w in windows]) if corpus.n else np.zeros((0, 1))
-        with self._lock:
-            self._cache[key] = (windows, vectors)
-            while len(self._cache) > 16:
-                self._cache.popitem(last=False)
+        ctx.corpus.derived[key] = (windows, vectors)
         return windows, vectors
 
     def __call__(self, ctx: QueryContext) -> Ranking:

@@ -57,6 +57,10 @@ class Corpus:
     by_unit: dict[str, TraceUnit] = field(default_factory=dict)
     keys: KeyIndex = field(default_factory=lambda: KeyIndex([]))  # turn unit_key -> position
     _turn_refs: list[TurnRef | None] | None = field(default=None, init=False, repr=False, compare=False)  # turn_ref's, filled lazily
+    # What strategies derive from this corpus alone (stem bags, Raw-RAG's window index), kept on
+    # it, so it is dropped with it. Not in a cache keyed by id(corpus): once the corpus cache
+    # evicts a corpus, its id is reused by later objects — another tenant's corpus among them.
+    derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def n(self) -> int:
