@@ -9,12 +9,12 @@ other event.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas import safejson
 from schemas.ports.views import ViewName
 
 
@@ -40,8 +40,8 @@ def encode_control(record: ProjectionControl) -> bytes:
 def decode_control(value: bytes) -> ProjectionControl | None:
     """None for anything that is not a control record (a foreign write must not wedge readers)."""
     try:
-        return ProjectionControl.model_validate(json.loads(value))
-    except (ValueError, TypeError):
+        return ProjectionControl.model_validate(safejson.loads(value.decode("utf-8")))
+    except (ValueError, TypeError):  # invalid UTF-8 or JSON, JSON over the limits (deep, huge integers), or not a control record
         return None
 
 

@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from schemas import safejson
 from schemas.errors import InvalidEvent
 
 # Limits are part of the contract (they are in the JSON Schema too). They keep one record well
@@ -211,10 +212,17 @@ def partition_key(tenant_id: str, conversation_id: str) -> str:
     return f"{tenant_id}/{conversation_id}"
 
 
+def _upcaster(raw: dict[str, Any]) -> Upcaster | None:
+    try:
+        return UPCASTERS.get((raw.get("type"), raw.get("schema_version")))
+    except TypeError:  # an unhashable type or schema_version (a list, an object): no upcaster; validation says what is wrong
+        return None
+
+
 def upcast(raw: dict[str, Any]) -> dict[str, Any]:
     seen = 0
-    while (raw.get("type"), raw.get("schema_version")) in UPCASTERS:
-        raw = UPCASTERS[(raw["type"], raw["schema_version"])](dict(raw))
+    while (upcaster := _upcaster(raw)) is not None:
+        raw = upcaster(dict(raw))
         seen += 1
         if seen > 32:
             raise InvalidEvent("upcaster loop: schema_version does not advance")
@@ -225,9 +233,12 @@ def validate_event(raw: Any) -> TurnRecorded | ForgetRequested:
     """Validate a decoded JSON value as an event (after upcasting)."""
     if not isinstance(raw, dict):
         raise InvalidEvent("an event must be a JSON object", [{"loc": [], "msg": "expected an object", "type": "type_error"}])
-    if raw.get("type") not in EVENT_TYPES:
+    kind = raw.get("type")
+    if not isinstance(kind, str) or kind not in EVENT_TYPES:  # a list or an object is no type (and unhashable)
+        shown = repr(kind)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
         raise InvalidEvent(
-            f"unknown event type {raw.get('type')!r}; accepted: {', '.join(EVENT_TYPES)}",
+            f"unknown event type {shown}; accepted: {', '.join(EVENT_TYPES)}",
             [{"loc": ["type"], "msg": f"must be one of {list(EVENT_TYPES)}", "type": "literal_error"}],
         )
     try:
@@ -246,9 +257,11 @@ def decode_event(value: bytes) -> TurnRecorded | ForgetRequested:
     except UnicodeDecodeError as exc:
         raise InvalidEvent(f"record is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        raw = json.loads(text)
+        raw = safejson.loads(text)  # the API's JSON rules: a record from a foreign producer gets no more leeway
     except json.JSONDecodeError as exc:
         raise InvalidEvent(f"record is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except safejson.UnsafeJSON as exc:
+        raise InvalidEvent(f"record is not JSON memstream accepts: {exc}") from None
     return validate_event(raw)
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import re
 import secrets
 from datetime import datetime, timezone
@@ -30,6 +29,7 @@ from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from schemas import safejson
 from schemas.events import TENANT_PATTERN
 
 Role = Literal["reader", "writer", "admin"]
@@ -91,8 +91,8 @@ def decode_key_record(value: bytes) -> KeyRecord | None:
     """None for anything that is not a key record (pause/resume records share the topic; a
     foreign write must not wedge readers)."""
     try:
-        raw = json.loads(value)
-    except (ValueError, UnicodeDecodeError):
+        raw = safejson.loads(value.decode("utf-8"))
+    except ValueError:  # invalid UTF-8 or JSON, or JSON over the limits (deep, huge integers: json.loads would raise other errors)
         return None
     if not isinstance(raw, dict) or raw.get("type") not in KEY_RECORD_TYPES:
         return None

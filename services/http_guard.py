@@ -15,9 +15,10 @@ error shape before any handler (or FastAPI's own body parsing) runs:
   "simple" POSTs (`text/plain`, forms) from publishing or forgetting anything.
 - **Origins.** A state-changing request whose `Origin` is neither the server's own nor one of
   `MEMSTREAM_API_CORS_ORIGINS` gets 403. CORS stays closed unless origins are configured.
-- **JSON that parses safely.** Depth at most 64, integers at most 40 digits, no NaN/Infinity,
-  no lone surrogates (they cannot be encoded as UTF-8, so they would fail later, deep inside),
-  valid UTF-8: 400 with the reason otherwise. Handlers then parse bodies known to be safe.
+- **JSON that parses safely.** Valid UTF-8 and the JSON rules of schemas/safejson.py (depth at
+  most 64, integers at most 40 digits, finite numbers, no lone surrogates), the same rules the
+  projections apply to records on the log: 400 with the reason otherwise. Handlers then parse
+  bodies known to be safe.
 """
 
 from __future__ import annotations
@@ -30,63 +31,14 @@ from typing import Any, Iterable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from schemas.safejson import MAX_DEPTH, MAX_INT_DIGITS, UnsafeJSON, loads  # noqa: F401 - the edge's JSON rules are the log's
+
 log = logging.getLogger(__name__)
 
-MAX_DEPTH = 64
-MAX_INT_DIGITS = 40
 JSON_TYPES = ("application/json",)
 NDJSON_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-lines")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
-
-
-class UnsafeJSON(ValueError):
-    """The body is not JSON memstream accepts; the message says why."""
-
-
-def _int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise UnsafeJSON(f"an integer literal has {len(text.lstrip('-'))} digits; at most {MAX_INT_DIGITS} are accepted")
-    return int(text)
-
-
-def _constant(name: str):
-    raise UnsafeJSON(f"{name} is not valid JSON (numbers must be finite)")
-
-
-def _check_string(s: str) -> None:
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        raise UnsafeJSON("a string holds a lone surrogate (\\ud800-\\udfff escape without its pair), which is not valid Unicode") from None
-
-
-def _walk(value: Any) -> None:
-    """Depth and strings, without recursion (a deep document must not exhaust the stack here either)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        if isinstance(v, str):
-            _check_string(v)
-        elif isinstance(v, (dict, list)):
-            if depth > MAX_DEPTH:
-                raise UnsafeJSON(f"the document is nested more than {MAX_DEPTH} levels deep")
-            if isinstance(v, dict):
-                for k, x in v.items():
-                    _check_string(k)
-                    stack.append((x, depth + 1))
-            else:
-                stack.extend((x, depth + 1) for x in v)
-
-
-def loads(text: str) -> Any:
-    """json.loads with memstream's limits (raises UnsafeJSON or json.JSONDecodeError)."""
-    try:
-        value = json.loads(text, parse_int=_int, parse_constant=_constant)
-    except RecursionError:
-        raise UnsafeJSON(f"the document is nested more than {MAX_DEPTH} levels deep") from None
-    _walk(value)
-    return value
 
 
 def parse_body(raw: bytes, ndjson: bool) -> Any:

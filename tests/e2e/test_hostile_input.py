@@ -209,3 +209,13 @@ def test_another_tenants_key_cannot_use_hostile_input_to_escape_its_tenant(clien
         assert r.status_code in (403, 422), r.text
     r = client.post("/v1/search", json={"question": "q", "tenant_id": "T1"}, headers=bearer(writer))
     assert r.status_code in (403, 422)
+
+
+def test_ill_typed_type_and_version_are_item_errors_not_500s(client):
+    """Found by fuzzing the decoders: an unhashable `type` or `schema_version` (a list, an
+    object) raised TypeError, a 500 for the whole batch."""
+    r = client.post("/v1/events", json=[{"type": []}, {**ev(0), "schema_version": [1]}, {**ev(1), "type": {"TurnRecorded": 1}}, ev(2)])
+    assert r.status_code == 207, r.text
+    items = r.json()["items"]
+    assert [i["status"] for i in items] == ["rejected", "rejected", "rejected", "accepted"]
+    assert items[0]["errors"][0]["loc"] == ["type"] and items[1]["errors"][0]["loc"] == ["schema_version"]
