@@ -86,7 +86,18 @@ class Attachment(_Frozen):
         return v
 
 
+def _type_is_required(schema: dict[str, Any]) -> None:
+    """`type` has a default for Python callers, but it is what selects the event class when a
+    record is decoded (an event without one is refused), so the JSON Schema files and the OpenAPI
+    document must say that producers send it."""
+    required = schema.setdefault("required", [])
+    if "type" not in required:
+        required.insert(0, "type")
+
+
 class _EventBase(_Frozen):
+    model_config = ConfigDict(json_schema_extra=_type_is_required)
+
     event_id: Identifier = Field(description="Producer-chosen id, unique within the conversation (a UUID is best). Duplicates are harmless: views keep the first.")
     tenant_id: TenantId
 

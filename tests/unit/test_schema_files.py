@@ -26,3 +26,21 @@ def test_json_schema_accepts_real_events_and_rejects_bad_ones():
         jsonschema.validate(json.loads(line), schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**json.loads(turn(1).model_dump_json()), "turn_index": -1}, schema)
+
+
+def test_the_schemas_require_the_type_that_selects_the_event_class():
+    """Found by fuzzing the API from its OpenAPI document: `type` has a default in the models, so
+    the schemas called it optional, yet an event without it is refused (it picks the class)."""
+    from schemas.errors import InvalidEvent
+    from schemas.events import validate_event
+
+    untyped = {k: v for k, v in json.loads(turn(1).model_dump_json()).items() if k != "type"}
+    with pytest.raises(InvalidEvent):
+        validate_event(untyped)
+    for name in ("Event.json", "TurnRecorded.v1.json"):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(untyped, json.loads((DIRECTORY / name).read_text()))
+    forget = {"event_id": "f", "tenant_id": "t1", "requested_at": "2025-01-01T00:00:00Z", "scope": {"level": "tenant"}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(forget, json.loads((DIRECTORY / "ForgetRequested.v1.json").read_text()))
+    jsonschema.validate({**forget, "type": "ForgetRequested"}, json.loads((DIRECTORY / "ForgetRequested.v1.json").read_text()))
