@@ -424,7 +424,7 @@ def _with_double(service, view: str, double):
     return QueryService(DoubledViews(service.views, view, double), service.encoder, service.extractor)
 
 
-@pytest.mark.parametrize("strategy", ["zero-mem", "bm25", "raw-rag"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_a_store_that_drops_the_tenant_filter_fails_the_property(service, strategy):
     leaky = _with_double(service, "hierarchy", TenantBlindUnits)
     with pytest.raises(LeakFound):
