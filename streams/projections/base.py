@@ -137,27 +137,24 @@ class Projection(Generic[C]):
 
     def _turns_change(self, run: list[tuple[LogRecord, TurnRecorded]], dead: list[DeadLetter]) -> C:
         change = self.new_change()
-        # First occurrence of an event id wins, inside the batch and against the store.
-        by_conv: dict[tuple[str, str], dict[str, TurnRow]] = defaultdict(dict)
-        records: dict[str, LogRecord] = {}
+        # First occurrence of an event id wins: the stored turn if there is one, else the first in
+        # the batch. Every later record with that id is compared with the winner, not with the
+        # batch's first (which may itself be a refused conflict): an exact duplicate of the stored
+        # turn stays harmless whatever came between them.
+        by_conv: dict[tuple[str, str], list[tuple[LogRecord, TurnRow]]] = defaultdict(list)
         for record, event in run:
             row = turn_row(event, record)
-            seen = by_conv[(row.tenant_id, row.conversation_id)]
-            if row.event_id in seen:
-                if seen[row.event_id].content_hash != row.content_hash:
-                    dead.append(_conflict(record, self.name, row.event_id))
-                continue
-            seen[row.event_id] = row
-            records[row.turn_id] = record
+            by_conv[(row.tenant_id, row.conversation_id)].append((record, row))
         added: dict[SessionKey, list[TurnRow]] = defaultdict(list)
-        for (tenant, conv), rows in by_conv.items():
-            existing = self.store.find_turns(tenant, conv, list(rows))
-            for event_id, row in rows.items():
-                old = existing.get(event_id)
-                if old is None:
+        for (tenant, conv), pairs in by_conv.items():
+            winners = dict(self.store.find_turns(tenant, conv, list(dict.fromkeys(row.event_id for _, row in pairs))))
+            for record, row in pairs:
+                won = winners.get(row.event_id)
+                if won is None:
+                    winners[row.event_id] = row
                     added[row.session_key].append(row)
-                elif old.content_hash != row.content_hash:
-                    dead.append(_conflict(records[row.turn_id], self.name, event_id))
+                elif won.content_hash != row.content_hash:
+                    dead.append(_conflict(record, self.name, row.event_id))
         new_turns = [t for rows in added.values() for t in rows]
         if not new_turns:
             return change

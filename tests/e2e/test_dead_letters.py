@@ -106,3 +106,24 @@ async def test_one_record_that_breaks_a_projection_is_isolated(tmp_path, models)
     finally:
         store.close()
         await p.close()
+
+
+async def test_an_exact_duplicate_after_a_conflict_is_harmless(tmp_path, models):
+    """Found by fuzzing the consumers: with the original already stored, a batch holding a
+    conflicting version and then an exact copy of the original dead-lettered the copy too (it
+    was compared with the batch's first record, the refused conflict, not with the stored turn)."""
+    p, settings = make_pipeline(tmp_path, models)
+    await p.start()
+    try:
+        original = turn(0)
+        await p.log.append(p.config.topic, [NewRecord("t1/c1", raw(original))])
+        await p.process_until_caught_up()
+        await p.log.append(p.config.topic, [NewRecord("t1/c1", raw(turn(0, text="another text, same id"))),
+                                            NewRecord("t1/c1", raw(original))])
+        await p.process_until_caught_up()
+        entries = await list_dead_letters(p.log, settings.dlq_topic)
+        assert [(e.offset, e.retryable) for e in entries] == [(1, False)]  # the conflict only, not the copy at offset 2
+        assert [u.text for u in p.store("hierarchy").list_units(Boundary("t1", ("c1",)), "turn")] == [original.text]
+    finally:
+        await p.close()
+
