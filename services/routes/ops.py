@@ -57,7 +57,7 @@ async def get_dead_letters(request: Request, principal: Admin):
     entries = await list_dead_letters(st.pipeline.log, st.settings.dlq_topic)
     return {"dead_letters": [
         {"origin": e.origin, "projections": e.projections, "reason": e.reason, "errors": e.errors, "replayed": e.replayed,
-         "value": e.value.decode("utf-8", "replace")} for e in entries
+         "truncated": e.truncated, "value": e.value.decode("utf-8", "replace")} for e in entries
     ]}
 
 

@@ -127,3 +127,38 @@ async def test_an_exact_duplicate_after_a_conflict_is_harmless(tmp_path, models)
     finally:
         await p.close()
 
+
+async def test_a_dead_letter_fits_where_its_record_came_from(tmp_path, models):
+    """Found by fuzzing the consumers on Kafka: a record of 800 kB (Kafka takes up to 1 MB) made
+    a dead letter of over 1 MB (base64), which Kafka refused, so the projection could never move
+    past the record. Dead letters are bounded: of a record over the size limit a prefix is kept,
+    with its length and SHA-256, and it is not replayable, even forced."""
+    import hashlib
+
+    from schemas.events import MAX_ENCODED_BYTES
+    from schemas.ports.event_log import LogRecord
+    from streams.dlq import KEPT_PREFIX, dead_letter_records
+    from streams.projections.base import DeadLetter
+
+    huge = b'{"type": "TurnRecorded", "text": "' + b"y" * 900_000 + b'"}'
+    record = LogRecord("t", 0, 7, "k" * 5000, huge, 0.0, (("h", b"v" * 100_000),))
+    errors = [{"loc": ["x" * 100_000, i], "msg": "m" * 10_000, "type": "value_error"} for i in range(100)]
+    [letter] = dead_letter_records([DeadLetter(record, "hierarchy", "r" * 100_000, errors)])
+    assert len(letter.value) + len(letter.key) + sum(len(k) + len(v) for k, v in letter.headers) < 800_000
+    body = json.loads(letter.value)
+    assert body["truncated"] and body["value_bytes"] == len(huge) and body["value_sha256"] == hashlib.sha256(huge).hexdigest()
+    assert not body["retryable"] and len(body["reason"]) <= 2000 and len(body["key"]) <= 1024
+
+    p, settings = make_pipeline(tmp_path, models)
+    await p.start()
+    try:
+        await p.log.append(p.config.topic, [NewRecord("t1/c1", huge), NewRecord("t1/c1", b" " * (MAX_ENCODED_BYTES + 1)),
+                                            NewRecord("t1/c1", raw(turn(0)))])
+        await p.process_until_caught_up()
+        entries = await list_dead_letters(p.log, settings.dlq_topic)
+        assert [(e.offset, e.truncated, len(e.value)) for e in entries] == [(0, True, KEPT_PREFIX), (1, True, KEPT_PREFIX)]
+        report = await replay_dead_letters(p.log, settings.dlq_topic, force=True)
+        assert report.replayed == [] and len(report.still_invalid) == 2
+        assert len(p.store("hierarchy").list_units(Boundary("t1", ("c1",)), "turn")) == 1
+    finally:
+        await p.close()
