@@ -117,7 +117,7 @@ class EdgeGuard:
             return
         limit = self.body_limit(path)
         declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
+        if declared.isascii() and declared.isdigit() and int(declared) > limit:  # "²".isdigit() is True, int("²") fails
             await refuse(413, "too_large", f"request body is {declared} bytes; the limit for {path} is {limit}")
             return
         chunks, size = [], 0

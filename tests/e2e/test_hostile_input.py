@@ -219,3 +219,28 @@ def test_ill_typed_type_and_version_are_item_errors_not_500s(client):
     items = r.json()["items"]
     assert [i["status"] for i in items] == ["rejected", "rejected", "rejected", "accepted"]
     assert items[0]["errors"][0]["loc"] == ["type"] and items[1]["errors"][0]["loc"] == ["schema_version"]
+
+
+def test_a_content_length_of_other_digits_is_no_500():
+    """str.isdigit() is True for '²' and other characters int() refuses: the edge raised ValueError
+    on such a Content-Length (h11 and httptools refuse it before the app; other servers may not)."""
+    import asyncio
+
+    from services.http_guard import EdgeGuard
+
+    reached, sent = [], []
+
+    async def app(scope, receive, send):
+        reached.append(scope["path"])
+
+    async def receive():
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    for declared in ("²", "¹³", "1²"):  # headers are latin-1: these are the bytes b"\xb2", b"\xb9\xb3", b"1\xb2"
+        scope = {"type": "http", "method": "POST", "path": "/v1/search",
+                 "headers": [(b"content-type", b"application/json"), (b"content-length", declared.encode("latin-1"))]}
+        asyncio.run(EdgeGuard(app, body_limit=lambda path: 1000, ndjson_paths=())(scope, receive, send))
+    assert reached == ["/v1/search"] * 3 and sent == []  # the body is read and measured as sent, as without the header
