@@ -164,12 +164,19 @@ class TurnRecorded(_EventBase):
 
 
 class ForgetScope(_Frozen):
-    """What to forget. Wider scopes need fewer ids: a tenant scope needs none."""
+    """What to forget. Wider scopes need fewer ids: a tenant scope needs none.
 
-    level: Literal["tenant", "conversation", "session", "turn"]
+    `agent` is everything one agent said in the tenant, across its conversations.
+    `occurred_before` narrows any level to the turns that happened before that time (retention
+    is `level=tenant` with it). Turn, agent and `occurred_before` scopes are *partial*: the
+    sessions they touch survive, recomputed from the turns left."""
+
+    level: Literal["tenant", "conversation", "session", "turn", "agent"]
     conversation_id: Identifier | None = None
     session_id: Identifier | None = None
     event_id: Identifier | None = Field(default=None, description="For level=turn: the TurnRecorded event to forget.")
+    agent_id: Identifier | None = Field(default=None, description="For level=agent: the agent whose turns to forget.")
+    occurred_before: AwareDatetime | None = Field(default=None, description="Only turns that happened before this time (retention).")
 
     @model_validator(mode="after")
     def _ids_match_level(self) -> "ForgetScope":
@@ -178,11 +185,45 @@ class ForgetScope(_Frozen):
             "conversation": ("conversation_id",),
             "session": ("conversation_id", "session_id"),
             "turn": ("conversation_id", "event_id"),
+            "agent": ("agent_id",),
         }[self.level]
         missing = [name for name in need if getattr(self, name) is None]
         if missing:
             raise ValueError(f"level={self.level} requires {', '.join(missing)}")
         return self
+
+    @field_validator("occurred_before")
+    @classmethod
+    def _utc(cls, v: datetime | None) -> datetime | None:
+        return None if v is None else bounded_utc(v)
+
+    @property
+    def partial(self) -> bool:
+        """Whether whole sessions survive (recomputed) rather than vanish."""
+        return self.level in ("turn", "agent") or self.occurred_before is not None
+
+    @property
+    def broadcast(self) -> bool:
+        """Whether the scope spans conversations, so every partition must see the request."""
+        return self.level in ("tenant", "agent")
+
+    def covers(self, tenant_id: str, conversation_id: str, session_id: str, event_id: str, agent_id: str, occurred_at: datetime,
+               request_tenant: str) -> bool:
+        """Whether a turn with these ids lies inside the scope (the reference rule every store's
+        query must agree with; tests/contracts check it)."""
+        if tenant_id != request_tenant:
+            return False
+        if self.occurred_before is not None and not occurred_at < self.occurred_before:
+            return False
+        if self.level in ("conversation", "session", "turn") and conversation_id != self.conversation_id:
+            return False
+        if self.level == "session" and session_id != self.session_id:
+            return False
+        if self.level == "turn" and event_id != self.event_id:
+            return False
+        if self.level == "agent" and agent_id != self.agent_id:
+            return False
+        return True
 
 
 class ForgetRequested(_EventBase):

@@ -71,9 +71,9 @@ def validate_items(items: Sequence[Any], authorize: Authorize | None = None) -> 
 def _records(event: Event, partitions: int) -> list[NewRecord]:
     headers = (("type", event.type.encode()), ("schema_version", str(event.schema_version).encode()), ("tenant", event.tenant_id.encode()))
     value = encode_event(event)
-    if isinstance(event, ForgetRequested) and event.scope.level == "tenant":
-        # A tenant spans every partition: the request goes to each, so every partition's
-        # consumers see it in order with that partition's turns.
+    if isinstance(event, ForgetRequested) and event.scope.broadcast:
+        # A tenant (or an agent of it) spans every partition: the request goes to each, so every
+        # partition's consumers see it in order with that partition's turns.
         key = f"{event.tenant_id}/*"
         return [NewRecord(key, value, headers, partition=p) for p in range(partitions)]
     conversation = event.conversation_id if isinstance(event, TurnRecorded) else event.scope.conversation_id

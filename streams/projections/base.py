@@ -168,13 +168,19 @@ class Projection(Generic[C]):
         return change
 
     def _forget_change(self, forget: Forget) -> C:
+        """The store drops everything inside the scope (`change.forgets`). A whole tenant,
+        conversation or session goes with its units; a partial scope (a turn, an agent, turns
+        before a time) leaves the sessions it touched, which are recomputed here from the turns
+        left (their windows, episodes, adjacency)."""
         change = self.new_change()
         change.forgets.append(forget)
-        if forget.scope.level == "turn":
-            # The session survives: its windows/episodes/adjacency are recomputed without the turn.
+        if forget.scope.partial:
+            by_session: dict[SessionKey, set[str]] = defaultdict(set)
             for turn in self.store.turns_in_scope(forget):
-                before = self.store.session_turns(*turn.session_key)
-                after = [t for t in before if t.turn_id != turn.turn_id]
-                self.session_change(change, turn.session_key, before, after, [])
+                by_session[turn.session_key].add(turn.turn_id)
+            for key in sorted(by_session):
+                before = self.store.session_turns(*key)
+                after = [t for t in before if t.turn_id not in by_session[key]]
+                self.session_change(change, key, before, after, [])
         self.finish(change)
         return change
