@@ -66,6 +66,7 @@ SERVERS=${MEMSTREAM_TEST_SERVERS-kafka opensearch neo4j qdrant}
 [ -n "${MEMSTREAM_TEST_QDRANT:-}" ] && SERVERS=${SERVERS//qdrant/}
 export MEMSTREAM_PYTHON=$PWD/.venv/bin/python
 state=$(mktemp -d "${TMPDIR:-/tmp}/memstream-test-servers.XXXXXX")
+export MEMSTREAM_TEST_SERVERS_STATE=$state  # <state>/<server>/: the erasure tests scan the servers' data files
 rc=1
 cleanup() {  # every server of the list, also one whose start was interrupted (its JVM runs detached)
   # Authentication on: Kafka with SASL/SCRAM (user memstream), Neo4j with a password (user neo4j),

@@ -75,6 +75,16 @@ SERVER_SECRETS = {
 }
 
 
+def server_data_dir(name: str) -> Path | None:
+    """Where a test server keeps its files (for byte-level scans): the server started here, or
+    scripts/test.sh's, or $MEMSTREAM_TEST_<NAME>_DATA for one given from outside; None if unknown."""
+    given = os.environ.get(f"MEMSTREAM_TEST_{name.upper()}_DATA")
+    if given:
+        return Path(given)
+    state = os.environ.get("MEMSTREAM_TEST_SERVERS_STATE")
+    return Path(state) / name if state and (Path(state) / name).is_dir() else None
+
+
 def kafka_security():
     """How the tests authenticate to the test broker (SASL/SCRAM when it has a password)."""
     from infra.log.kafka_security import KafkaSecurity
@@ -130,6 +140,7 @@ def _server(name: str, env_var: str, output_key: str, port_vars: tuple[str, ...]
         if "JDK" in started.stderr and ">= 21" in started.stderr:
             raise Unavailable(f"{name} not tested: {started.stderr.strip().splitlines()[-1]}")
         raise RuntimeError(f"infra/servers/start.sh {name} failed (state kept in {state}):\n{started.stderr[-4000:]}")
+    os.environ[f"MEMSTREAM_TEST_{name.upper()}_DATA"] = str(state / name)
     try:
         yield dict(line.split("=", 1) for line in started.stdout.split() if "=" in line)[output_key]
     finally:
