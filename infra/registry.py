@@ -39,6 +39,7 @@ ACCEPTED = {
     "lexical": ("tantivy", "opensearch", "opensearchs"),
     "dense": ("sqlite", "qdrant", "qdrants", "qdrant+local"),
     "graph": ("sqlite", "neo4j", "bolt", "neo4j+s", "bolt+s"),
+    "keys": ("sqlite", "opensearch", "opensearchs"),
 }
 EMBEDDED = ("sqlite", "tantivy")
 
@@ -108,6 +109,7 @@ class Registry:
         self._encoder = None
         self._extractor = None
         self._catalog = None
+        self._keystore = None
         self._qdrant_clients: dict[str, object] = {}
         self._lock = threading.Lock()
 
@@ -155,6 +157,30 @@ class Registry:
             raise ConfigurationError(f"bad Kafka log URL {url!r}: replication_factor must be a number")
         brokers, security = self.kafka_connection()
         return KafkaEventLog(brokers, replication_factor=int(replication), security=security)
+
+    # -- data keys -------------------------------------------------------------------------
+    def keystore(self):
+        """The data key store (one per registry: it is shared by the publisher, the projections,
+        the eraser and the stores that seal text)."""
+        with self._lock:
+            if self._keystore is None:
+                url = self.settings.keys.url
+                scheme, rest = _scheme(url, "keys")
+                if scheme == "sqlite":
+                    from infra.keystore.sqlite import SqliteKeyStore
+
+                    self._keystore = SqliteKeyStore(Path(rest) if rest.strip("/") else self.data_dir / "keys.sqlite")
+                else:
+                    from infra.keystore.opensearch import OpenSearchKeyStore
+
+                    self._keystore = OpenSearchKeyStore(_http(url), _option(url, "prefix", "memstream"), **self._opensearch_options(url))
+            return self._keystore
+
+    def sealer(self):
+        """Seals turn text for the stores that cannot erase (Qdrant, Neo4j)."""
+        from schemas.sealing import KeyStoreSealer
+
+        return KeyStoreSealer(self.keystore())
 
     # -- views ---------------------------------------------------------------------------
     def view_url(self, view: ViewName) -> str:

@@ -27,6 +27,8 @@ class LogSettings(BaseSettings):
                                              "kafka[+ssl]://[USER@]host:port[,host:port][?sasl_mechanism=M]")
     topic: str = "memstream.events"
     partitions: int = Field(8, ge=1, le=1024)
+    intake_retention_seconds: float = Field(3600.0, gt=0, description="Retention of <topic>.intake, where foreign producers publish plain "
+                                                                       "events (relayed sealed at once, then erased; this bounds the rest).")
     kafka_password: SecretStr | None = Field(None, description="SASL password of the user named in a kafka://USER@host URL.")
     kafka_ca_file: Path | None = Field(None, description="CA bundle for kafka+ssl:// (default: the system's).")
 
@@ -42,6 +44,14 @@ class ViewSettings(BaseSettings):
     opensearch_password: SecretStr | None = Field(None, description="Basic-auth password of the user named in opensearch[s]://USER@host:port.")
     opensearch_ca_file: Path | None = Field(None, description="CA bundle for opensearchs:// (default: the system's).")
     graph_url: str = Field("sqlite://", description="sqlite:// (embedded, scipy PageRank) or neo4j[+s]://[USER@]host:port (GDS PageRank)")
+
+
+class KeyStoreSettings(BaseSettings):
+    """Where the per-event data keys live (crypto-shredding: forgetting destroys them)."""
+
+    model_config = _cfg("MEMSTREAM_KEYS_")
+    url: str = Field("sqlite://", description="sqlite:// (<data_dir>/keys.sqlite) or opensearch[s]://[USER@]host:port[?prefix=memstream] "
+                                             "(shared by every process of a distributed deployment)")
 
 
 class EncoderSettings(BaseSettings):
@@ -130,6 +140,7 @@ class Settings(BaseSettings):
     mode: Literal["embedded"] = "embedded"
     log: LogSettings = Field(default_factory=LogSettings)
     views: ViewSettings = Field(default_factory=ViewSettings)
+    keys: KeyStoreSettings = Field(default_factory=KeyStoreSettings)
     encoder: EncoderSettings = Field(default_factory=EncoderSettings)
     ner: NerSettings = Field(default_factory=NerSettings)
     hierarchy: HierarchySettings = Field(default_factory=HierarchySettings)

@@ -234,6 +234,7 @@ class ForgetRequested(_EventBase):
     scope: ForgetScope
     requested_at: AwareDatetime
     reason: str | None = Field(default=None, max_length=1000)
+    requested_by: str | None = Field(default=None, max_length=200, description="Who asked: the API key id, or cli:<user>@<host> (the audit trail).")
 
     @field_validator("requested_at")
     @classmethod

@@ -22,6 +22,7 @@ def pipeline_config(settings: Settings) -> PipelineConfig:
         policy=settings.hierarchy.policy(),
         speaker_prefix=settings.hierarchy.speaker_prefix,
         speaker_as_entity=settings.runner.speaker_as_entity,
+        intake_retention_seconds=settings.log.intake_retention_seconds,
     )
 
 

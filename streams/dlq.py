@@ -158,8 +158,11 @@ class ReplayReport:
     still_invalid: list[tuple[DeadLetterEntry, str]]
 
 
-async def replay_dead_letters(log: EventLog, dlq_topic: str, *, force: bool = False, dry_run: bool = False) -> ReplayReport:
-    """Re-append pending dead letters to their source topic (once per original record)."""
+async def replay_dead_letters(log: EventLog, dlq_topic: str, *, force: bool = False, dry_run: bool = False,
+                              opener=None) -> ReplayReport:
+    """Re-append pending dead letters to their source topic (once per original record). With an
+    `opener` (streams/sealing.py) sealed records are judged by what they open to, and a record of
+    forgotten memory (its key destroyed) is never replayed, forced or not."""
     pending = [e for e in await list_dead_letters(log, dlq_topic) if not e.replayed]
     ok, bad = [], []
     for e in pending:
@@ -167,15 +170,23 @@ async def replay_dead_letters(log: EventLog, dlq_topic: str, *, force: bool = Fa
             bad.append((e, "only a prefix of this record is kept in its dead letter (it is over the size limit); "
                            f"the original is at {e.origin}"))
             continue
+        opened = opener.open([LogRecord(e.source_topic, e.partition, e.offset, e.key, e.value, 0.0)])[0] if opener else None
+        if opened is not None and opened.forgotten:
+            bad.append((e, "forgotten memory (its data key was destroyed): never replayed"))
+            continue
         if not force:
             if not e.retryable:
                 bad.append((e, e.reason))
                 continue
-            try:
-                decode_event(e.value)
-            except InvalidEvent as exc:
-                bad.append((e, str(exc)))
+            if opened is not None and opened.error is not None:
+                bad.append((e, str(opened.error)))
                 continue
+            if opened is None:
+                try:
+                    decode_event(e.value)
+                except InvalidEvent as exc:
+                    bad.append((e, str(exc)))
+                    continue
         ok.append(e)
     if dry_run or not ok:
         return ReplayReport(ok, bad)

@@ -116,6 +116,12 @@ def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *
             runner.commit_group = False
             while (await runner.step()).records:
                 pass
+        if pipeline.intake is not None:  # foreign producers' plain events, sealed onto the event topic (streams/intake.py)
+            while await pipeline.intake.step():
+                pass
+        if pipeline.eraser is not None:  # forgets: destroy the keys of what they cover (streams/eraser.py)
+            while await pipeline.eraser.step():
+                pass
 
     return app
 

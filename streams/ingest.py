@@ -11,15 +11,20 @@ in input order so callers can match them.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from schemas.errors import InvalidEvent
-from schemas.events import ForgetRequested, TurnRecorded, encode_event, partition_key, validate_event
-from schemas.ports.event_log import AppendFailed, Appended, EventLog, NewRecord
+from schemas.events import ForgetRequested, TurnRecorded, validate_event
+from schemas.ports.event_log import AppendFailed, Appended, EventLog
+from schemas.ports.keystore import KeyStore
+from streams.sealing import Sealer
 
 Event = TurnRecorded | ForgetRequested
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -68,50 +73,59 @@ def validate_items(items: Sequence[Any], authorize: Authorize | None = None) -> 
     return valid, rejected
 
 
-def _records(event: Event, partitions: int) -> list[NewRecord]:
-    headers = (("type", event.type.encode()), ("schema_version", str(event.schema_version).encode()), ("tenant", event.tenant_id.encode()))
-    value = encode_event(event)
-    if isinstance(event, ForgetRequested) and event.scope.broadcast:
-        # A tenant (or an agent of it) spans every partition: the request goes to each, so every
-        # partition's consumers see it in order with that partition's turns.
-        key = f"{event.tenant_id}/*"
-        return [NewRecord(key, value, headers, partition=p) for p in range(partitions)]
-    conversation = event.conversation_id if isinstance(event, TurnRecorded) else event.scope.conversation_id
-    return [NewRecord(partition_key(event.tenant_id, conversation), value, headers)]
-
-
 class Publisher:
-    def __init__(self, log: EventLog, topic: str, chunk: int = 5000):
+    """Appends events to the log, sealed (streams/sealing.py) when a data key store is given —
+    which every entry point does; a forgotten event id is refused (code 409), never appended."""
+
+    def __init__(self, log: EventLog, topic: str, chunk: int = 5000, keystore: KeyStore | None = None):
         self.log = log
         self.topic = topic
         self.chunk = chunk
+        self.sealer = Sealer(keystore)
 
     async def publish(self, events: Iterable[Event]) -> list[Appended]:
-        """Append events (already validated); returns one position per record appended."""
+        """Append events (already validated); returns one position per record appended. Events
+        whose id was forgotten are left out (logged): a forgotten id is refused forever."""
         partitions = await self.log.partitions(self.topic)
         out: list[Appended] = []
-        pending: list[NewRecord] = []
+        batch: list[Event] = []
+
+        async def flush() -> None:
+            refused = await asyncio.to_thread(self.sealer.refused, batch)
+            if refused:
+                log.warning("publish refused=%d reason=forgotten_event_ids first=%s", len(refused), next(iter(refused.values())))
+            keep = [e for i, e in enumerate(batch) if i not in refused]
+            records = [r for rs in await asyncio.to_thread(self.sealer.records, keep, partitions) for r in rs]
+            if records:
+                out.extend(await self.log.append(self.topic, records))
+
         for e in events:
-            pending.extend(_records(e, partitions))
-            if len(pending) >= self.chunk:
-                out.extend(await self.log.append(self.topic, pending))
-                pending = []
-        if pending:
-            out.extend(await self.log.append(self.topic, pending))
+            batch.append(e)
+            if len(batch) >= self.chunk:
+                await flush()
+                batch = []
+        if batch:
+            await flush()
         return out
 
     async def publish_items(self, items: Sequence[Any], authorize: Authorize | None = None) -> list[ItemResult]:
         """Validate raw items (e.g. from HTTP), check each with `authorize`, and append the valid
         ones. The results say exactly what is in the log: an append that fails part-way marks
         the records it did not commit "failed" (code 503: retry them; event ids make a retry of
-        the others harmless too)."""
+        the others harmless too); a forgotten event id is an item error (409)."""
         valid, rejected = validate_items(items, authorize)
         results = {r.index: r for r in rejected}
         if valid:
+            refused = await asyncio.to_thread(self.sealer.refused, [e for _, e in valid])
+            for n, why in refused.items():
+                i, e = valid[n]
+                results[i] = ItemResult(i, "rejected", e.event_id, code=409, errors=[{"loc": ["event_id"], "msg": why, "type": "forgotten"}])
+            valid = [(i, e) for n, (i, e) in enumerate(valid) if n not in refused]
+        if valid:
             partitions = await self.log.partitions(self.topic)
+            sealed = await asyncio.to_thread(self.sealer.records, [e for _, e in valid], partitions)
             records, owners = [], []
-            for i, e in valid:
-                rs = _records(e, partitions)
+            for (i, e), rs in zip(valid, sealed):
                 records.extend(rs)
                 owners.extend([(i, e)] * len(rs))
             try:

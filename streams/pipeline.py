@@ -27,7 +27,10 @@ from streams.projections.dense import DenseProjection
 from streams.projections.graph import GraphProjection
 from streams.projections.hierarchy import HierarchyProjection
 from streams.projections.lexical import LexicalProjection
+from streams.eraser import EraserRunner
+from streams.intake import IntakeRelay, intake_topic
 from streams.runner import NoMetrics, ProjectionRunner, RunnerMetrics
+from streams.sealing import Opener
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,8 @@ class Backends(Protocol):
 
     def extractor(self): ...
 
+    def keystore(self): ...
+
 
 @dataclass(frozen=True)
 class PipelineConfig:
@@ -60,6 +65,7 @@ class PipelineConfig:
     policy: HierarchyPolicy = field(default_factory=HierarchyPolicy)
     speaker_prefix: bool = True
     speaker_as_entity: bool = True
+    intake_retention_seconds: float = 3600.0
 
 
 class ViewBusy(MemstreamError):
@@ -132,15 +138,21 @@ class Pipeline:
         self.log: EventLog = backends.event_log()
         self.catalog = backends.catalog()
         self.control = ControlState(self.log, config.topic)
+        self.keystore = backends.keystore()
         self._live: dict[ViewName, _LiveView] = {}
+        self.eraser: EraserRunner | None = None  # started with the views (start()); on Kafka, by the workers
+        self.intake: IntakeRelay | None = None
         self.model_load_seconds = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start_log(self) -> None:
+        await asyncio.to_thread(self.keystore.start)
         await self.log.start()
         await self.log.ensure_topic(self.config.topic, self.config.partitions)
         await self.log.ensure_topic(self.config.dlq_topic, self.config.partitions)
         await self.control.ensure_topic()
+        await self.log.ensure_topic(intake_topic(self.config.topic), self.config.partitions,
+                                    retention_seconds=self.config.intake_retention_seconds)
 
     async def start(self) -> None:
         """Open the log and every view's live generation, taking the writer locks."""
@@ -157,6 +169,22 @@ class Pipeline:
                 generation = self.catalog.new_generation(view)
                 self.catalog.activate(view, generation)
             self._live[view] = self._open_live(view, generation)
+        if "hierarchy" in self.views:
+            # One eraser and one intake relay per deployment are enough (both are idempotent, so
+            # more are harmless): they run beside the hierarchy view — in `serve`/`process`, and in
+            # the worker that runs it.
+            self.eraser = self.new_eraser()
+            self.intake = IntakeRelay(self.log, self.config.topic, self.config.dlq_topic, self.publisher(),
+                                      batch_size=self.config.batch_size)
+
+    def new_eraser(self, on_erased=None) -> EraserRunner:
+        return EraserRunner(self.log, self.config.topic, self.keystore, batch_size=self.config.batch_size, on_erased=on_erased)
+
+    def publisher(self):
+        """A publisher that seals what it appends with this pipeline's data keys."""
+        from streams.ingest import Publisher
+
+        return Publisher(self.log, self.config.topic, keystore=self.keystore)
 
     def _open_live(self, view: ViewName, generation: int) -> _LiveView:
         lock = _WriterLock(self.backends.lock_path(view, generation))
@@ -168,14 +196,17 @@ class Pipeline:
     def projection(self, view: ViewName, store) -> Projection:
         c = self.config
         if view == "hierarchy":
-            return HierarchyProjection(store, c.policy)
-        if view == "lexical":
-            return LexicalProjection(store, c.policy, c.speaker_prefix)
-        if view == "dense":
-            return DenseProjection(store, self.backends.encoder(), c.policy, c.speaker_prefix)
-        if view == "graph":
-            return GraphProjection(store, self.backends.extractor(), self.backends.encoder(), c.speaker_as_entity)
-        raise ConfigurationError(f"unknown view {view!r}")
+            p: Projection = HierarchyProjection(store, c.policy)
+        elif view == "lexical":
+            p = LexicalProjection(store, c.policy, c.speaker_prefix)
+        elif view == "dense":
+            p = DenseProjection(store, self.backends.encoder(), c.policy, c.speaker_prefix)
+        elif view == "graph":
+            p = GraphProjection(store, self.backends.extractor(), self.backends.encoder(), c.speaker_as_entity)
+        else:
+            raise ConfigurationError(f"unknown view {view!r}")
+        p.opener = Opener(self.keystore)
+        return p
 
     def _runner(self, view: ViewName, store, group: str) -> ProjectionRunner:
         return ProjectionRunner(
@@ -232,11 +263,18 @@ class Pipeline:
                 if result.records == 0:
                     await asyncio.sleep(self.config.idle_poll)
 
-        await asyncio.gather(*(drive(v) for v in self.views))
+        async def erase() -> None:
+            if self.intake is not None:
+                while await self.intake.step():
+                    pass
+            if self.eraser is not None:
+                await self.eraser.run_until(target)
+
+        await asyncio.gather(*(drive(v) for v in self.views), erase())
         return target
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Follow the log until `stop` is set."""
+        """Follow the log until `stop` is set (the views, and the eraser beside them)."""
 
         async def follow(view: ViewName) -> None:
             while not stop.is_set():
@@ -253,15 +291,18 @@ class Pipeline:
                     except asyncio.TimeoutError:
                         pass
 
-        await asyncio.gather(*(follow(v) for v in self.views))
+        eraser = [self.eraser.run(stop, self.config.idle_poll), self.intake.run(stop, self.config.idle_poll)] if self.eraser is not None else []
+        await asyncio.gather(*(follow(v) for v in self.views), *eraser)
 
     async def wait_for(self, target: Positions, timeout: float) -> bool:
-        """Read-your-writes: wait until every view has processed up to `target`."""
+        """Read-your-writes: wait until every view (and the eraser: a forget is complete only
+        when its keys are destroyed) has processed up to `target`."""
         deadline = time.monotonic() + timeout
         while True:
             done = True
-            for live in self._live.values():
-                if not await live.runner.caught_up(target):
+            runners = [live.runner for live in self._live.values()] + ([self.eraser] if self.eraser is not None else [])
+            for runner in runners:
+                if not await runner.caught_up(target):
                     done = False
                     break
             if done:

@@ -172,12 +172,18 @@ class KafkaEventLog:
                                  "retry once the broker is reachable (check MEMSTREAM_LOG_URL)") from exc
 
     # -- topics --------------------------------------------------------------------------
-    async def ensure_topic(self, topic: str, partitions: int) -> int:
+    async def ensure_topic(self, topic: str, partitions: int, *, retention_seconds: float | None = None) -> int:
         if partitions < 1:
             raise LogError("a topic needs at least one partition")
         admin = self._ready()[0]
+        config = dict(TOPIC_CONFIG)
+        if retention_seconds is not None:
+            # Records older than this are deleted; a segment is deleted whole, so segments roll at
+            # the same age (the bound is then twice this, plus the broker's retention check interval).
+            ms = str(max(1, int(retention_seconds * 1000)))
+            config.update({"retention.ms": ms, "segment.ms": ms})
         with self._errors(f"creating topic {topic!r}"):
-            new = NewTopic(topic, partitions, self.replication_factor, topic_configs=TOPIC_CONFIG)
+            new = NewTopic(topic, partitions, self.replication_factor, topic_configs=config)
             _, code, message = (await admin.create_topics([new])).topic_errors[0][:3]
             if code and for_code(code) is not TopicAlreadyExistsError:
                 raise for_code(code)(f"{topic}: {message}")
@@ -247,6 +253,15 @@ class KafkaEventLog:
             acked = [None if isinstance(d, BaseException) else Appended(topic, d.partition, d.offset, d.timestamp / 1000) for d in done]
             raise AppendFailed(acked + [None] * (len(placed) - len(acked)), failure) from failure
         return [Appended(topic, m.partition, m.offset, m.timestamp / 1000) for m in done]
+
+    async def erase_before(self, topic: str, partition: int, offset: int) -> None:
+        """Kafka's DeleteRecords: the partition's log start moves to `offset`; the segments wholly
+        below it are deleted by the broker soon after (a segment still open waits for its roll)."""
+        from aiokafka.admin import RecordsToDelete
+
+        admin = self._ready()[0]
+        with self._errors(f"deleting records of {topic!r} below offset {offset}"):
+            await admin.delete_records({TopicPartition(topic, partition): RecordsToDelete(before_offset=offset)}, timeout_ms=30_000)
 
     # -- read ----------------------------------------------------------------------------
     async def read(self, topic: str, partition: int, offset: int, *, max_records: int = 500, max_wait: float = 0.0) -> list[LogRecord]:

@@ -45,6 +45,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA busy_timeout=60000")
+    conn.execute("PRAGMA secure_delete=ON")  # erased records leave no bytes in the file (erase())
     return conn
 
 
@@ -107,7 +108,9 @@ class SqliteEventLog:
         return await self._run(self._reader, fn)
 
     # -- topics --------------------------------------------------------------------------
-    async def ensure_topic(self, topic: str, partitions: int) -> int:
+    async def ensure_topic(self, topic: str, partitions: int, *, retention_seconds: float | None = None) -> int:
+        """`retention_seconds` is accepted for the port's sake; the embedded log keeps nothing it
+        is not told to (records of a topic with retention are erased by `erase_before`)."""
         if partitions < 1:
             raise LogError("a topic needs at least one partition")
 
@@ -205,6 +208,39 @@ class SqliteEventLog:
         await self.partitions(topic)
         rows = await self._read(lambda c: c.execute("SELECT partition, next_offset FROM heads WHERE topic=?", (topic,)).fetchall())
         return dict(rows)
+
+    # -- erasure ---------------------------------------------------------------------------
+    async def erase(self, topic: str, partition: int, offsets: list[int]) -> int:
+        """Remove these records for good (plain records of forgotten turns: sealed ones need not
+        be, their key is gone): deleted with secure_delete, then the WAL truncated, so their bytes
+        are in no file. Offsets are never reused; readers see the gap. Kafka cannot do this — see
+        the README's Forgetting section."""
+        if not offsets:
+            return 0
+
+        def delete(c: sqlite3.Connection) -> int:
+            n = 0
+            for i in range(0, len(offsets), 500):
+                chunk = offsets[i:i + 500]
+                n += c.execute(f"DELETE FROM records WHERE topic=? AND partition=? AND offset IN ({','.join('?' * len(chunk))})",
+                               (topic, partition, *chunk)).rowcount
+            deadline = time.monotonic() + 30
+            while c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] and time.monotonic() < deadline:
+                time.sleep(0.05)  # a reader in another process holds the WAL for a moment
+            return n
+
+        return await self._write(delete)
+
+    async def erase_before(self, topic: str, partition: int, offset: int) -> None:
+        """Delete the partition's records below `offset` for good (secure_delete, WAL truncated)."""
+
+        def delete(c: sqlite3.Connection) -> None:
+            c.execute("DELETE FROM records WHERE topic=? AND partition=? AND offset<?", (topic, partition, offset))
+            deadline = time.monotonic() + 30
+            while c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+        await self._write(delete)
 
     # -- consumer groups -----------------------------------------------------------------
     async def commit(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:

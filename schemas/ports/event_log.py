@@ -24,6 +24,10 @@ Behaviour every adapter guarantees (tests/contracts/test_event_log_contract.py):
 - **Concurrency.** Several processes may append to and read from one log at once.
 - **Errors.** Unknown topic -> LogError naming the topic; a backend that is down ->
   TransientError (retry with back-off).
+- **Erasure.** `erase_before(topic, partition, offset)` removes a partition's records below an
+  offset for good (the intake topic's plain records, once relayed sealed). Offsets are never
+  reused. Embedded: deleted at once with secure_delete; Kafka: DeleteRecords, the broker deletes
+  the segments wholly below the new log start (an open segment waits for its roll).
 """
 
 from __future__ import annotations
@@ -110,10 +114,12 @@ class EventLog(Protocol):
 
     async def close(self) -> None: ...
 
-    async def ensure_topic(self, topic: str, partitions: int) -> int:
-        """Create the topic if missing (retention: forever). Returns its partition count,
-        which may differ from `partitions` when the topic already existed."""
+    async def ensure_topic(self, topic: str, partitions: int, *, retention_seconds: float | None = None) -> int:
+        """Create the topic if missing (retention: forever, or `retention_seconds`). Returns its
+        partition count, which may differ from `partitions` when the topic already existed."""
         ...
+
+    async def erase_before(self, topic: str, partition: int, offset: int) -> None: ...
 
     async def partitions(self, topic: str) -> int: ...
 

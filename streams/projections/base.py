@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Generic, Sequence, TypeVar
 
 from schemas.errors import InvalidEvent
-from schemas.events import ForgetRequested, TurnRecorded, decode_event
+from schemas.events import ForgetRequested, TurnRecorded
 from schemas.ports.event_log import LogRecord
 from schemas.ports.views import ChangeSet, Forget, Positions, TurnRow, ViewName, ViewStore, content_hash
 from schemas.units import turn_unit_id
+from streams.sealing import Opener
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,9 @@ class Projection(Generic[C]):
 
     def __init__(self, store: ViewStore):
         self.store = store
+        # Opens sealed records (streams/sealing.py); the pipeline gives it the data key store.
+        # Without one, only unsealed records can be read.
+        self.opener = Opener(None)
 
     # -- hooks ---------------------------------------------------------------------------
     def new_change(self) -> C:
@@ -109,12 +113,13 @@ class Projection(Generic[C]):
         steps and calls again with the rest."""
         run: list[tuple[LogRecord, TurnRecorded]] = []
         dead: list[DeadLetter] = []
-        for i, record in enumerate(records):
-            try:
-                event = decode_event(record.value)
-            except InvalidEvent as exc:
-                dead.append(DeadLetter(record, self.name, str(exc), exc.errors))
+        for i, (record, opened) in enumerate(zip(records, self.opener.open(records))):
+            if opened.forgotten:  # its key was destroyed: forgotten memory, skipped (the position moves on)
                 continue
+            if opened.error is not None:
+                dead.append(DeadLetter(record, self.name, str(opened.error), opened.error.errors))
+                continue
+            event = opened.event
             if isinstance(event, ForgetRequested):
                 if i > 0:
                     return [Step(self._turns_change(run, dead), advance({}, records[:i]), dead)], i
