@@ -41,7 +41,6 @@ from services.eval.locomo import evaluate_strategies, ingest, questions  # noqa:
 from services.query.service import QueryService  # noqa: E402
 from services.runtime import build_pipeline  # noqa: E402
 from services.views import LiveViews  # noqa: E402
-from streams.ingest import Publisher  # noqa: E402
 from streams.sources import locomo  # noqa: E402
 from tests.integration import servers  # noqa: E402
 from report import write_report  # noqa: E402
@@ -69,9 +68,9 @@ async def distributed_ingest(settings: Settings, samples, conversations, kcat_co
         foreign = [e for e in events if e.conversation_id == kcat_conv]
         own = [e for e in events if e.conversation_id != kcat_conv]
         t_first = time.perf_counter()
-        await Publisher(pipeline.log, settings.log.topic).publish(own)
+        await pipeline.publisher().publish(own)
         if foreign:
-            servers.kcat_publish(pipeline.backends.kafka_connection()[0].split(",")[0], settings.log.topic, foreign)
+            servers.kcat_publish(pipeline.backends.kafka_connection()[0].split(",")[0], settings.log.topic + ".intake", foreign)
         end = await pipeline.log.end_offsets(settings.log.topic)
         log(f"published {len(own)} events with the log adapter and {len(foreign)} with kcat")
         # Ready: every view's position (kept with its writes) at the end offset.

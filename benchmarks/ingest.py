@@ -29,7 +29,6 @@ from infra.settings import Settings  # noqa: E402
 from schemas.events import TurnRecorded, encode_event  # noqa: E402
 from schemas.ports.views import Boundary  # noqa: E402
 from services.runtime import build_pipeline  # noqa: E402
-from streams.ingest import Publisher  # noqa: E402
 from streams.sources import locomo  # noqa: E402
 from report import write_report  # noqa: E402
 
@@ -64,7 +63,7 @@ async def append_rate(n: int) -> dict:
         base = TurnRecorded(event_id="x", tenant_id="bench", agent_id="a", conversation_id="c0", session_id="s", turn_index=0,
                             speaker="A", text="a fairly ordinary sentence of about ten words in length", occurred_at="2025-01-01T00:00:00Z")
         events = [base.model_copy(update={"event_id": f"e{i}", "conversation_id": f"c{i % 50}", "turn_index": i}) for i in range(n)]
-        publisher = Publisher(pipeline.log, settings.log.topic)
+        publisher = pipeline.publisher()
         t0 = time.perf_counter()
         await publisher.publish(events)
         typed = time.perf_counter() - t0
@@ -100,7 +99,7 @@ async def add_to_ready(path: Path, batch_size: int) -> dict:
         samples = locomo.load(path)
         events = list(locomo.events(samples, "locomo"))
         t_start = time.perf_counter()
-        await Publisher(pipeline.log, settings.log.topic).publish(events)
+        await pipeline.publisher().publish(events)
         appended = time.perf_counter() - t_start
         await pipeline.process_until_caught_up()
         processed = time.perf_counter()

@@ -117,7 +117,7 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
             await state.pipeline.start()
             state.runner_task = asyncio.create_task(state.pipeline.run(state.stop))
         state.views = LiveViews(registry)
-        state.publisher = Publisher(state.pipeline.log, settings.log.topic)
+        state.publisher = state.pipeline.publisher()
         state.query = build_query_service(settings, registry, state.views)
         await asyncio.to_thread(state.query.start)
         state.reader = build_reader(settings)
@@ -189,9 +189,9 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
         return JSONResponse(error_body("internal_error", f"the request failed inside memstream; the server log has the details "
                                                          f"under request id {rid}", None, rid), status_code=500)
 
-    from services.routes import dashboard, ingest, keys, ops, query
+    from services.routes import dashboard, forget, ingest, keys, ops, query
 
-    for module in (ingest, query, ops, keys, dashboard):
+    for module in (ingest, forget, query, ops, keys, dashboard):
         app.include_router(module.router)
 
     @app.get("/healthz", summary="Liveness (no key needed)")

@@ -84,13 +84,13 @@ def _table(rows: list[list[Any]], header: list[str]) -> str:
 # -- commands --------------------------------------------------------------------------------
 async def cmd_ingest(args) -> int:
     from services.runtime import build_pipeline
-    from streams.ingest import Publisher, read_jsonl
+    from streams.ingest import read_jsonl
 
     settings = _settings(args)
     pipeline = build_pipeline(settings)
     await pipeline.start_log()
     try:
-        publisher = Publisher(pipeline.log, settings.log.topic)
+        publisher = pipeline.publisher()
         t0 = time.perf_counter()
         if args.format == "locomo":
             from streams.sources import locomo
@@ -295,7 +295,10 @@ async def cmd_dlq(args) -> int:
                 rows = [[e.origin, ",".join(e.projections), "yes" if e.replayed else "no", e.reason[:100]] for e in entries]
                 print(_table(rows, ["origin", "projections", "replayed", "reason"]) if rows else "no dead letters")
         else:
-            report = await replay_dead_letters(pipeline.log, settings.dlq_topic, force=args.force, dry_run=args.dry_run)
+            from streams.sealing import Opener
+
+            report = await replay_dead_letters(pipeline.log, settings.dlq_topic, force=args.force, dry_run=args.dry_run,
+                                               opener=Opener(pipeline.keystore))
             verb = "would replay" if args.dry_run else "replayed"
             print(f"{verb} {len(report.replayed)} dead letter(s)")
             for e, reason in report.still_invalid:
@@ -333,7 +336,7 @@ async def cmd_demo(args) -> int:
     """The main job on the embedded default: sample conversation -> log -> every view."""
     from services.inspect_views import describe
     from services.runtime import build_pipeline
-    from streams.ingest import Publisher, read_jsonl
+    from streams.ingest import read_jsonl
 
     settings = _settings(args)
     pipeline = build_pipeline(settings)
@@ -344,7 +347,7 @@ async def cmd_demo(args) -> int:
     try:
         with open(SAMPLE, encoding="utf-8") as f:
             numbered, _ = read_jsonl(f)
-        results = await Publisher(pipeline.log, settings.log.topic).publish_items([item for _, item in numbered])
+        results = await pipeline.publisher().publish_items([item for _, item in numbered])
         accepted = [r for r in results if r.status == "accepted"]
         print(f"\n1. published {len(accepted)} TurnRecorded events to '{settings.log.topic}' "
               f"(partition {accepted[0].partition}, offsets {accepted[0].offset}..{accepted[-1].offset})")
@@ -684,9 +687,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--tls-key", help="... and this PEM private key")
     s.set_defaults(func=cmd_serve)
 
-    from services import keys_cli
+    from services import forget_cli, keys_cli
 
     keys_cli.register(sub)
+    forget_cli.register(sub)
 
     s = sub.add_parser("schemas", help="JSON Schema files for producers in other languages")
     s.add_argument("action", choices=["export"])

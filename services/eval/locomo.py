@@ -27,7 +27,6 @@ from schemas.query import SearchRequest
 from services.eval.metrics import CATEGORIES, parse_evidence, parse_ref, recall_at
 from services.eval.zero_tokens import CountingReader, refuse_outbound
 from services.runtime import build_pipeline
-from streams.ingest import Publisher
 from streams.sources import locomo
 
 
@@ -62,7 +61,7 @@ async def ingest(settings: Settings, registry: Registry, samples: list[dict], te
     load = time.perf_counter() - t0
     events = list(locomo.events(samples, tenant, conversations))
     t_first = time.perf_counter()
-    await Publisher(pipeline.log, settings.log.topic).publish(events)
+    await pipeline.publisher().publish(events)
     await pipeline.process_until_caught_up()
     # Ready: every view at the end offset and every unit kind answering for every conversation.
     for conv in sorted({e.conversation_id for e in events}):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -12,10 +11,10 @@ from pydantic import BaseModel, Field
 
 from schemas.errors import BadRequest, InvalidEvent, InvalidRequest, PayloadTooLarge
 from schemas.events import ForgetRequested
-from schemas.ports.views import VIEW_NAMES
 from schemas.security import Principal
 from services.http_guard import error_body
 from services.routes.deps import Reader, Writer, state
+from services.waiting import positions_reached
 
 router = APIRouter()
 
@@ -94,6 +93,9 @@ async def post_events(request: Request, principal: Writer):
     if codes == {503}:
         return JSONResponse(error_body("unavailable", "the event log is unavailable; nothing was appended; retry", out["items"]),
                             status_code=503, headers={"Retry-After": "1"})
+    if codes == {409}:
+        return JSONResponse(error_body("forgotten", f"every event of the request was forgotten before (a forgotten event id is refused "
+                                                    "forever; new memory needs new event ids); nothing was appended", out["items"]), status_code=409)
     if codes == {403}:
         return JSONResponse(error_body("forbidden", f"none of the {len(results)} event(s) may be published with this key; "
                                                     "nothing was appended", out["items"]), status_code=403)
@@ -130,27 +132,9 @@ async def post_wait(req: WaitRequest, request: Request, principal: Reader):
 
 
 async def wait_for_views(st, target: dict[int, int], timeout: float) -> bool:
-    """True once every view's live generation has processed up to `target`. Positions come from
-    the views' own stores, so this works whoever runs the projections: this process, `memstream
-    process`, or faust workers on other machines."""
-    if not target:
-        return True
+    """True once every view's live generation and the eraser have processed up to `target`.
+    Positions come from the stores, so this works whoever runs the projections: this process,
+    `memstream process`, or faust workers on other machines."""
     if st.runner_task is not None:
         return await st.pipeline.wait_for(target, timeout)
-    deadline = time.monotonic() + timeout
-    while True:
-        reached = True
-        for view in VIEW_NAMES:
-            try:
-                positions = await asyncio.to_thread(lambda v=view: st.views.store(v).positions())
-            except Exception:  # noqa: BLE001 - a view that has no data yet, or a store briefly away, has not reached it
-                reached = False
-                break
-            if any(positions.get(p, 0) < off for p, off in target.items()):
-                reached = False
-                break
-        if reached:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(0.05)
+    return await positions_reached(st.views, st.pipeline.keystore, target, timeout)

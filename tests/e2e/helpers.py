@@ -16,7 +16,6 @@ from infra.registry import Registry
 from infra.settings import Settings
 from schemas.ports.views import VIEW_NAMES
 from services.runtime import build_pipeline
-from streams.ingest import Publisher
 
 SAMPLE = Path(__file__).resolve().parents[2] / "services/sample/conversation.jsonl"
 
@@ -81,7 +80,7 @@ def make_pipeline(data_dir: Path, models, **settings_overrides):
 
 
 async def publish(pipeline, items: list[dict]):
-    return await Publisher(pipeline.log, pipeline.config.topic).publish_items(items)
+    return await pipeline.publisher().publish_items(items)
 
 
 def dumps(pipeline) -> dict:
@@ -122,10 +121,11 @@ def _compare(a, b, atol, path):
 
 async def publish_events(settings, models, events) -> dict[int, int]:
     """Append typed events to the log `settings` names (e.g. Kafka); returns its end offsets."""
-    pipeline, _ = make_pipeline(settings.data_dir, models, log=settings.log.model_dump(), views=settings.views.model_dump())
+    pipeline, _ = make_pipeline(settings.data_dir, models, log=settings.log.model_dump(), views=settings.views.model_dump(),
+                                keys=settings.keys.model_dump())
     await pipeline.start_log()
     try:
-        await Publisher(pipeline.log, settings.log.topic).publish(events)
+        await pipeline.publisher().publish(events)
         return await pipeline.log.end_offsets(settings.log.topic)
     finally:
         await pipeline.close()

@@ -329,11 +329,10 @@ def run_property(service, strategy: str, examples: int, phases=tuple(Phase)) -> 
 
 # -- fixtures ----------------------------------------------------------------------------------
 async def _ingest(pipeline, events) -> None:
-    from streams.ingest import Publisher
 
     await pipeline.start()
     try:
-        await Publisher(pipeline.log, pipeline.config.topic).publish(events)
+        await pipeline.publisher().publish(events)
         await pipeline.process_until_caught_up()
     finally:
         await pipeline.close()
@@ -474,12 +473,11 @@ def two_tenants(tmp_path_factory, models):
     pipeline, settings = make_pipeline(tmp_path_factory.mktemp("two-tenants"), models)
 
     async def ingest():
-        from streams.ingest import Publisher
 
         await pipeline.start()
         try:
             for tenant in CACHE_TENANTS:
-                await Publisher(pipeline.log, pipeline.config.topic).publish([e for e in WORLD.events if e.tenant_id == tenant])
+                await pipeline.publisher().publish([e for e in WORLD.events if e.tenant_id == tenant])
                 await pipeline.process_until_caught_up()
         finally:
             await pipeline.close()

@@ -300,6 +300,7 @@ def memstream_env(settings) -> dict[str, str]:
         "MEMSTREAM_LOG_PARTITIONS": str(settings.log.partitions),
         "MEMSTREAM_VIEWS_HIERARCHY_URL": settings.views.hierarchy_url, "MEMSTREAM_VIEWS_LEXICAL_URL": settings.views.lexical_url,
         "MEMSTREAM_VIEWS_DENSE_URL": settings.views.dense_url, "MEMSTREAM_VIEWS_GRAPH_URL": settings.views.graph_url,
+        "MEMSTREAM_KEYS_URL": settings.keys.url,
     }
     for var, secret in (("MEMSTREAM_LOG_KAFKA_PASSWORD", settings.log.kafka_password), ("MEMSTREAM_VIEWS_NEO4J_PASSWORD", settings.views.neo4j_password),
                         ("MEMSTREAM_VIEWS_OPENSEARCH_PASSWORD", settings.views.opensearch_password),

@@ -84,6 +84,7 @@ def stack(kafka_bootstrap, opensearch_url, neo4j_uri, qdrant_url, tmp_path):
         log=servers.kafka_log(kafka_bootstrap, topic=f"{prefix}.events", partitions=4),
         views={"hierarchy_url": f"opensearch://{host}?prefix={prefix}", "lexical_url": f"opensearch://{host}?prefix={prefix}",
                "dense_url": servers.qdrant_view_url(qdrant_url, prefix), **servers.neo4j_views(neo4j_uri)},
+        keys={"url": f"opensearch://{host}?prefix={prefix}"},  # shared by the worker, the publishers and the query side
     )
     servers.drop_qdrant_prefix(qdrant_url, prefix)
 
@@ -106,9 +107,11 @@ def test_kafka_faust_workers_match_the_embedded_pipeline_and_replay_swaps_aliase
             return helpers.publish_events(settings, models, evs)
 
         asyncio.run(publish_own(events[:10]))
-        assert servers.kcat_publish(kafka_bootstrap, settings.log.topic, events[10:]) == len(events) - 10
-        end = asyncio.run(publish_own([]))
-        assert sum(end.values()) == len(events)
+        # A foreign producer publishes plain events to the intake topic; memstream seals them onto the event topic.
+        assert servers.kcat_publish(kafka_bootstrap, settings.log.topic + ".intake", events[10:]) == len(events) - 10
+        # The worker's intake relay moves them (sealed) onto the event topic, then erases the intake.
+        end = until(lambda: (e := asyncio.run(publish_own([])))  and sum(e.values()) == len(events) and e,
+                    "the intake relay to seal the foreign events onto the event topic", worker=worker, log=log_path)
         until(lambda: all(v == 0 for v in lag(settings, end).values()), "the workers to project every event", worker=worker, log=log_path)
 
         # Pause one projection through the control topic (CLI); the others keep going.
