@@ -155,6 +155,10 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
 log.retention.hours=-1
+# erasure bounds for the tests (the intake topic's short retention, DeleteRecords): check retention
+# every second, delete a dropped segment's file at once instead of after 60 s
+log.retention.check.interval.ms=${KAFKA_RETENTION_CHECK_MS:-1000}
+log.segment.delete.delay.ms=0
 EOF
     cat > "$dir/config/log4j2.properties" <<EOF
 status = warn
