@@ -95,6 +95,8 @@ class RunnerSettings(BaseSettings):
     batch_size: int = Field(256, ge=1, description="Records per partition per step.")
     idle_poll_seconds: float = 0.05
     speaker_as_entity: bool = True
+    retire_grace_seconds: float = Field(5.0, ge=0, description="After a replay's switch, how long the replaced generation stays "
+                                                               "(readers move within 0.2 s; queries running on it end) before it is dropped.")
 
 
 class ReaderSettings(BaseSettings):

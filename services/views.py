@@ -36,6 +36,9 @@ class LiveViews:
         return gen
 
     def store(self, view: ViewName):
+        if self._retired:
+            with self._lock:
+                self._close_retired()
         gen = self.generation(view)
         if gen is None:
             raise NotFound(f"view {view!r} has no data yet: ingest events and run the projections")
@@ -45,15 +48,27 @@ class LiveViews:
                 return cached[1]
             store = self.backends.open_view(view, gen)
             if cached is not None:
-                self._retired.append(cached[1])  # closed later: a query may still be using it
+                self._retired.append((time.monotonic(), cached[1]))  # closed later: a query may still be using it
             self._open[view] = (gen, store)
+            self._close_retired()
             return store
+
+    def _close_retired(self, after: float = 2.0) -> None:
+        """Close the stores of replaced generations no query can still be using (their files can
+        then really go when the replay drops them)."""
+        now, keep = time.monotonic(), []
+        for since, store in self._retired:
+            if now - since > after:
+                store.close()
+            else:
+                keep.append((since, store))
+        self._retired = keep
 
     def close(self) -> None:
         with self._lock:
             for _, store in self._open.values():
                 store.close()
-            for store in self._retired:
+            for _, store in self._retired:
                 store.close()
             self._open.clear()
             self._retired.clear()

@@ -66,6 +66,7 @@ class PipelineConfig:
     speaker_prefix: bool = True
     speaker_as_entity: bool = True
     intake_retention_seconds: float = 3600.0
+    retire_grace_seconds: float = 5.0  # a replaced generation is dropped this long after the switch
 
 
 class ViewBusy(MemstreamError):
@@ -321,9 +322,10 @@ class Pipeline:
 
         The live generation keeps serving queries (and keeps processing, if a runner follows
         it) during the rebuild. The switch is one catalog transaction; the live runner moves to
-        the new generation at its next step. The generation retired by the *previous* replay is
-        reclaimed now (the one retired by this replay stays until the next, for readers that
-        still have it open)."""
+        the new generation at its next step, readers within their catalog refresh (0.2 s). After
+        `retire_grace_seconds` — time for those to move and for queries already running on the
+        old generation to end — the replaced generation is dropped: its storage reclaimed, and
+        whatever a forget had left in it (nothing, once the forget was processed) gone with it."""
         for old in self.catalog.retired(view):
             self.backends.drop_view(view, old)
         generation = self.catalog.new_generation(view)
@@ -344,6 +346,9 @@ class Pipeline:
         self.catalog.activate(view, generation)
         if view in self._live:
             await self._follow_catalog(self._live[view])
+        await asyncio.sleep(self.config.retire_grace_seconds)
+        for old in self.catalog.retired(view):
+            self.backends.drop_view(view, old)
         return generation
 
     # -- status --------------------------------------------------------------------------
