@@ -69,7 +69,12 @@ state=$(mktemp -d "${TMPDIR:-/tmp}/memstream-test-servers.XXXXXX")
 export MEMSTREAM_TEST_SERVERS_STATE=$state  # <state>/<server>/: the erasure tests scan the servers' data files
 rc=1
 cleanup() {  # every server of the list, also one whose start was interrupted (its JVM runs detached)
-  # Authentication on: Kafka with SASL/SCRAM (user memstream), Neo4j with a password (user neo4j),
+  for server in $SERVERS; do infra/servers/stop.sh "$server" --data "$state" || true; done
+  if [ "$rc" = 0 ]; then rm -rf "$state"; else echo "test.sh: server state and logs kept in $state" >&2; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM   # run the EXIT trap (stop the servers) on Ctrl-C / kill too
+# Authentication on: Kafka with SASL/SCRAM (user memstream), Neo4j with a password (user neo4j),
 # fresh random secrets per run, handed to the tests as MEMSTREAM_TEST_*_USERNAME/_PASSWORD (a
 # server given from outside brings its own, in the same variables).
 secret() { .venv/bin/python -c "import secrets; print(secrets.token_urlsafe(24))"; }
@@ -79,11 +84,6 @@ case " $SERVERS " in *" kafka "*)
 case " $SERVERS " in *" neo4j "*)
   export NEO4J_PASSWORD=$(secret) MEMSTREAM_TEST_NEO4J_USERNAME=neo4j
   export MEMSTREAM_TEST_NEO4J_PASSWORD=$NEO4J_PASSWORD;; esac
-for server in $SERVERS; do infra/servers/stop.sh "$server" --data "$state" || true; done
-  if [ "$rc" = 0 ]; then rm -rf "$state"; else echo "test.sh: server state and logs kept in $state" >&2; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM   # run the EXIT trap (stop the servers) on Ctrl-C / kill too
 read -r KAFKA_PORT KAFKA_CONTROLLER_PORT NEO4J_BOLT_PORT OPENSEARCH_PORT OPENSEARCH_TRANSPORT_PORT QDRANT_HTTP_PORT QDRANT_GRPC_PORT \
   < <(.venv/bin/python -c "from tests.integration.servers import free_ports; print(*free_ports(7))")
 export KAFKA_PORT KAFKA_CONTROLLER_PORT NEO4J_BOLT_PORT OPENSEARCH_PORT OPENSEARCH_TRANSPORT_PORT QDRANT_HTTP_PORT QDRANT_GRPC_PORT
