@@ -151,8 +151,10 @@ class Projection(Generic[C]):
             row = turn_row(event, record)
             by_conv[(row.tenant_id, row.conversation_id)].append((record, row))
         added: dict[SessionKey, list[TurnRow]] = defaultdict(list)
+        redelivered: set[SessionKey] = set()
         for (tenant, conv), pairs in by_conv.items():
-            winners = dict(self.store.find_turns(tenant, conv, list(dict.fromkeys(row.event_id for _, row in pairs))))
+            stored = self.store.find_turns(tenant, conv, list(dict.fromkeys(row.event_id for _, row in pairs)))
+            winners = dict(stored)
             for record, row in pairs:
                 won = winners.get(row.event_id)
                 if won is None:
@@ -160,15 +162,25 @@ class Projection(Generic[C]):
                     added[row.session_key].append(row)
                 elif won.content_hash != row.content_hash:
                     dead.append(_conflict(record, self.name, row.event_id))
+                elif row.event_id in stored:
+                    redelivered.add(row.session_key)
+        # A turn the store holds, delivered again above the view's position: another writer of
+        # this view (a worker that kept a batch through a rebalance) applied it, perhaps from an
+        # older state of the session, and may have set the position back. The session's units are
+        # rewritten from what the ledger holds now, so a stale write of a window cannot stay.
+        repairs = sorted(redelivered - set(added))
         new_turns = [t for rows in added.values() for t in rows]
-        if not new_turns:
+        if not new_turns and not repairs:
             return change
-        self.prepare(new_turns)
+        if new_turns:
+            self.prepare(new_turns)
         for key in sorted(added):
             before = self.store.session_turns(*key)
             after = before + added[key]
             change.put_turns.extend(added[key])
             self.session_change(change, key, before, after, added[key])
+        for key in repairs:
+            self.session_change(change, key, [], self.store.session_turns(*key), [])
         self.finish(change)
         return change
 
