@@ -33,6 +33,7 @@ from services.ops.metrics import Metrics
 from services.ops.monitor import OpsMonitor
 from services.runtime import build_pipeline
 from services.views import LiveViews
+from streams.audit import AuditTrail
 from streams.ingest import Publisher
 from streams.keys import KeyRing
 
@@ -50,6 +51,7 @@ class State:
     views: LiveViews
     publisher: Publisher
     keyring: KeyRing
+    audit: AuditTrail
     auth: Authenticator
     query: Any
     reader: Any = None
@@ -116,6 +118,7 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
         if process:
             await state.pipeline.start()
             state.runner_task = asyncio.create_task(state.pipeline.run(state.stop))
+        state.audit = AuditTrail(state.pipeline.log, settings.log.topic)
         state.views = LiveViews(registry)
         state.publisher = state.pipeline.publisher()
         state.query = build_query_service(settings, registry, state.views)
@@ -189,9 +192,9 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
         return JSONResponse(error_body("internal_error", f"the request failed inside memstream; the server log has the details "
                                                          f"under request id {rid}", None, rid), status_code=500)
 
-    from services.routes import dashboard, forget, ingest, keys, ops, query
+    from services.routes import audit, dashboard, forget, ingest, keys, ops, query
 
-    for module in (ingest, forget, query, ops, keys, dashboard):
+    for module in (ingest, forget, query, ops, keys, audit, dashboard):
         app.include_router(module.router)
 
     @app.get("/healthz", summary="Liveness (no key needed)")

@@ -13,13 +13,15 @@ The scan is over the partition's records before the forget (their headers carry 
 time; sealed records that lost their headers — re-appended dead letters — are opened with their
 key; plain ones decoded): exact, and a cost paid once per forget, proportional to the partition.
 
-Positions live in the key store, written with the destroys (like a view's with its writes), so
-the eraser resumes where it stopped and POST /v1/wait can tell when a forget is complete.
+Positions live in the key store, written once a forget's keys are destroyed, its plain records
+erased and its completion recorded (`on_erased`), so the eraser resumes where it stopped, a
+crash in between repeats the forget (harmless), and POST /v1/wait can tell when it is complete.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from dataclasses import dataclass
@@ -55,7 +57,7 @@ class EraserRunner:
         self.topic = topic
         self.keystore = keystore
         self.batch_size = batch_size
-        self.on_erased = on_erased  # callback(Erasure): audit trail, metrics
+        self.on_erased = on_erased  # callback(Erasure), sync or async: the audit trail (streams/audit.py)
         self.max_backoff = max_backoff
         self._positions: Positions | None = None
 
@@ -112,9 +114,7 @@ class EraserRunner:
                     if not sealed:
                         plain.append(r.offset)
             offset = batch[-1].offset + 1
-        tombstones = await asyncio.to_thread(self.keystore.destroy, list(refs.values()), forget.event_id,
-                                             positions={at.partition: at.offset + 1})
-        self._positions = {**(self._positions or {}), at.partition: at.offset + 1}
+        tombstones = await asyncio.to_thread(self.keystore.destroy, list(refs.values()), forget.event_id)
         erased = 0
         if plain and hasattr(self.log, "erase"):
             erased = await self.log.erase(self.topic, at.partition, plain)
@@ -122,7 +122,15 @@ class EraserRunner:
         log.info("forget=%s partition=%d scope=%s keys_destroyed=%d plain_records_erased=%d seconds=%.3f", forget.event_id, at.partition,
                  forget.scope.level, len(tombstones), erased, erasure.seconds)
         if self.on_erased is not None:
-            self.on_erased(erasure)
+            done = self.on_erased(erasure)
+            if inspect.isawaitable(done):
+                await done
+        # The position moves past the forget last — after its keys are destroyed, its plain records
+        # erased and its completion recorded (the audit trail's ForgetCompleted): a crash before
+        # this line repeats the forget, which is harmless (destroy and erase are idempotent), so
+        # each of them happens at least once, and POST /v1/wait on the position means all of them.
+        await asyncio.to_thread(self.keystore.write_positions, {at.partition: at.offset + 1})
+        self._positions = {**(self._positions or {}), at.partition: at.offset + 1}
 
     def _in_scope(self, r: LogRecord, forget: ForgetRequested) -> tuple[EventRef, bool] | None:
         """(the event, whether it is sealed) if the record is a turn inside the forget's scope."""

@@ -27,6 +27,7 @@ from streams.projections.dense import DenseProjection
 from streams.projections.graph import GraphProjection
 from streams.projections.hierarchy import HierarchyProjection
 from streams.projections.lexical import LexicalProjection
+from streams.audit import CompletionRecorder
 from streams.eraser import EraserRunner
 from streams.intake import IntakeRelay, intake_topic
 from streams.runner import NoMetrics, ProjectionRunner, RunnerMetrics
@@ -174,7 +175,8 @@ class Pipeline:
             # One eraser and one intake relay per deployment are enough (both are idempotent, so
             # more are harmless): they run beside the hierarchy view — in `serve`/`process`, and in
             # the worker that runs it.
-            self.eraser = self.new_eraser()
+            # The eraser records each completion on the control topic (the audit trail).
+            self.eraser = self.new_eraser(on_erased=CompletionRecorder(self.log, self.config.topic))
             self.intake = IntakeRelay(self.log, self.config.topic, self.config.dlq_topic, self.publisher(),
                                       batch_size=self.config.batch_size)
 
