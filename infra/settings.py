@@ -99,6 +99,14 @@ class RunnerSettings(BaseSettings):
                                                                "(readers move within 0.2 s; queries running on it end) before it is dropped.")
 
 
+class RetentionSettings(BaseSettings):
+    """Per-tenant retention (`memstream tenants set T --retain-days N`): how often it is applied."""
+
+    model_config = _cfg("MEMSTREAM_RETENTION_")
+    sweep_seconds: float = Field(3600.0, gt=0, description="How often each tenant with a retention setting is checked for turns older "
+                                                           "than it (a sweep forgets them; nothing is requested when there are none).")
+
+
 class ReaderSettings(BaseSettings):
     """The optional final-QA reader: any OpenAI-compatible chat-completions endpoint."""
 
@@ -147,6 +155,7 @@ class Settings(BaseSettings):
     ner: NerSettings = Field(default_factory=NerSettings)
     hierarchy: HierarchySettings = Field(default_factory=HierarchySettings)
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
     reader: ReaderSettings = Field(default_factory=ReaderSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     ops: OpsSettings = Field(default_factory=OpsSettings)

@@ -24,6 +24,7 @@ def pipeline_config(settings: Settings) -> PipelineConfig:
         speaker_as_entity=settings.runner.speaker_as_entity,
         intake_retention_seconds=settings.log.intake_retention_seconds,
         retire_grace_seconds=settings.runner.retire_grace_seconds,
+        retention_sweep_seconds=settings.retention.sweep_seconds,
     )
 
 

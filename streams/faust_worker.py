@@ -122,6 +122,8 @@ def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *
         if pipeline.eraser is not None:  # forgets: destroy the keys of what they cover (streams/eraser.py)
             while await pipeline.eraser.step():
                 pass
+        if pipeline.retention is not None:  # tenants' retention: forget what it no longer keeps (streams/retention.py)
+            await pipeline.retention.step()
 
     return app
 

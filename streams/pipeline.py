@@ -27,9 +27,10 @@ from streams.projections.dense import DenseProjection
 from streams.projections.graph import GraphProjection
 from streams.projections.hierarchy import HierarchyProjection
 from streams.projections.lexical import LexicalProjection
-from streams.audit import CompletionRecorder
+from streams.audit import AuditTrail, CompletionRecorder
 from streams.eraser import EraserRunner
 from streams.intake import IntakeRelay, intake_topic
+from streams.retention import RetentionSweeper, ViewProbe
 from streams.runner import NoMetrics, ProjectionRunner, RunnerMetrics
 from streams.sealing import Opener
 
@@ -68,6 +69,7 @@ class PipelineConfig:
     speaker_as_entity: bool = True
     intake_retention_seconds: float = 3600.0
     retire_grace_seconds: float = 5.0  # a replaced generation is dropped this long after the switch
+    retention_sweep_seconds: float = 3600.0  # how often tenants with a retention setting are checked (streams/retention.py)
 
 
 class ViewBusy(MemstreamError):
@@ -144,6 +146,7 @@ class Pipeline:
         self._live: dict[ViewName, _LiveView] = {}
         self.eraser: EraserRunner | None = None  # started with the views (start()); on Kafka, by the workers
         self.intake: IntakeRelay | None = None
+        self.retention: RetentionSweeper | None = None  # beside the eraser
         self.model_load_seconds = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -175,10 +178,13 @@ class Pipeline:
             # One eraser and one intake relay per deployment are enough (both are idempotent, so
             # more are harmless): they run beside the hierarchy view — in `serve`/`process`, and in
             # the worker that runs it.
-            # The eraser records each completion on the control topic (the audit trail).
+            # The eraser records each completion on the control topic (the audit trail); the
+            # retention sweeper asks it to forget what a tenant's retention no longer keeps.
             self.eraser = self.new_eraser(on_erased=CompletionRecorder(self.log, self.config.topic))
             self.intake = IntakeRelay(self.log, self.config.topic, self.config.dlq_topic, self.publisher(),
                                       batch_size=self.config.batch_size)
+            self.retention = RetentionSweeper(AuditTrail(self.log, self.config.topic), self.publisher(), ViewProbe(self.backends),
+                                              interval=self.config.retention_sweep_seconds)
 
     def new_eraser(self, on_erased=None) -> EraserRunner:
         return EraserRunner(self.log, self.config.topic, self.keystore, batch_size=self.config.batch_size, on_erased=on_erased)
@@ -295,6 +301,8 @@ class Pipeline:
                         pass
 
         eraser = [self.eraser.run(stop, self.config.idle_poll), self.intake.run(stop, self.config.idle_poll)] if self.eraser is not None else []
+        if self.retention is not None:
+            eraser.append(self.retention.run(stop))
         await asyncio.gather(*(follow(v) for v in self.views), *eraser)
 
     async def wait_for(self, target: Positions, timeout: float) -> bool:
