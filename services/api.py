@@ -192,9 +192,9 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
         return JSONResponse(error_body("internal_error", f"the request failed inside memstream; the server log has the details "
                                                          f"under request id {rid}", None, rid), status_code=500)
 
-    from services.routes import audit, dashboard, forget, ingest, keys, ops, query
+    from services.routes import audit, dashboard, export, forget, ingest, keys, ops, query
 
-    for module in (ingest, forget, query, ops, keys, audit, dashboard):
+    for module in (ingest, forget, export, query, ops, keys, audit, dashboard):
         app.include_router(module.router)
 
     @app.get("/healthz", summary="Liveness (no key needed)")

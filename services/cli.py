@@ -687,11 +687,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--tls-key", help="... and this PEM private key")
     s.set_defaults(func=cmd_serve)
 
-    from services import audit_cli, forget_cli, keys_cli, tenants_cli
+    from services import audit_cli, export_cli, forget_cli, keys_cli, tenants_cli
 
     keys_cli.register(sub)
     forget_cli.register(sub)
     tenants_cli.register(sub)
+    export_cli.register(sub)
     audit_cli.register(sub)
 
     s = sub.add_parser("schemas", help="JSON Schema files for producers in other languages")

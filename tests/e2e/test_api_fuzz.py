@@ -66,10 +66,10 @@ CONVERSATION, SESSIONS, AGENTS = "lisbon-trip", ("s1", "s2"), ("ada", "planner")
 
 OPEN = {"GET /healthz", "GET /dashboard", "POST /dashboard/session", "DELETE /dashboard/session", "GET /dashboard/assets/{name}"}
 READER = {"POST /v1/wait", "GET /v1/status", "POST /v1/search", "POST /v1/answer"}
-WRITER = READER | {"POST /v1/events"}
+WRITER = READER | {"POST /v1/events", "GET /v1/export"}
 ADMIN = WRITER | {"GET /metrics", "GET /v1/ops/snapshot", "GET /v1/dead-letters", "POST /v1/admin/projections/{name}/pause",
                   "POST /v1/admin/projections/{name}/resume", "GET /v1/admin/keys", "POST /v1/admin/keys",
-                  "POST /v1/admin/keys/{key_id}/revoke", "POST /v1/admin/keys/{key_id}/rotate"}
+                  "POST /v1/admin/keys/{key_id}/revoke", "POST /v1/admin/keys/{key_id}/rotate", "GET /v1/admin/audit"}
 OPERATIONS = sorted(OPEN | ADMIN)
 MAY_CALL = {"none": OPEN, "reader": OPEN | READER, "writer": OPEN | WRITER, "admin": OPEN | ADMIN}
 
