@@ -126,7 +126,8 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
         state.reader = build_reader(settings)
         state.monitor = OpsMonitor(state.pipeline, state.metrics, interval=settings.ops.sample_seconds,
                                    window_seconds=settings.ops.window_seconds, history_seconds=settings.ops.history_seconds,
-                                   mode="embedded" if state.pipeline.log.backend == "sqlite" else state.pipeline.log.backend)
+                                   mode="embedded" if state.pipeline.log.backend == "sqlite" else state.pipeline.log.backend,
+                                   audit=state.audit)
         state.monitor_task = asyncio.create_task(state.monitor.run(state.stop))
         try:
             yield

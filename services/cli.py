@@ -231,6 +231,14 @@ def _status_text(snap: dict, rebuild: dict) -> str:
     if f["count"]:
         lines.append(f"freshness (append -> searchable): p50 {f['p50_seconds']:.2f}s p95 {f['p95_seconds']:.2f}s over {f['count']} events")
     lines.append(f"dead letters: {d['total']} ({d['pending']} pending replay)")
+    fg = snap.get("forgetting") or {}
+    if fg.get("pending") is not None:
+        oldest = f" (oldest requested {fg['oldest_pending_seconds']:.0f}s ago)" if fg["pending"] else ""
+        lines.append(f"forgets: {fg['pending']} pending{oldest}")
+    for r in fg.get("retention", []):
+        s = r["last_sweep"]
+        sweep = "no sweep yet" if s is None else f"last sweep {s['requested_at'][:19]} ({'complete' if s['complete'] else 'in progress'})"
+        lines.append(f"retention {r['tenant_id']}: {r['retain_days']} days; {sweep}")
     lines.append(f"health judged over the last {snap['window_seconds']:.0f}s of samples" if len(rows) else "no projections")
     return "\n".join(lines)
 

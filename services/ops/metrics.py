@@ -19,9 +19,16 @@ use them):
   memstream_query_stage_seconds{strategy,stage}              histogram
   memstream_http_requests_total{endpoint,method,code}        counter
   memstream_http_request_errors_total{endpoint}              counter 5xx answers
+  memstream_forgets_pending                                  gauge   forget requests not yet complete (eraser and every view past them)
+  memstream_forget_oldest_pending_seconds                    gauge   age (since requested_at) of the oldest pending forget; 0 when none
+  memstream_forget_complete_seconds                          histogram requested_at -> complete (eraser and every view past it)
+  memstream_tenant_retention_days{tenant}                    gauge   a tenant's retention setting (tenants without one: absent)
+  memstream_retention_last_sweep_timestamp_seconds{tenant}   gauge   requested_at of the tenant's newest retention forget
 
 Gauges about the log and positions are set by services/ops/monitor.py from the same sample the
-dashboard and `memstream status` show, so the three always agree.
+dashboard and `memstream status` show, so the three always agree. The forget and retention
+metrics come from the query service's sampler (services/ops/forgets.py), which sees every view;
+a worker exports them at 0 / without tenants.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from services.ops.health import STATUSES
 
 LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.025, 0.04, 0.06, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 FRESHNESS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
+FORGET_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0, 6 * 3600.0, 86400.0)
 
 
 class Metrics:
@@ -60,6 +68,16 @@ class Metrics:
                                        buckets=LATENCY_BUCKETS, registry=r)
         self.requests = Counter("memstream_http_requests", "HTTP requests", ["endpoint", "method", "code"], registry=r)
         self.request_errors = Counter("memstream_http_request_errors", "HTTP requests answered with a 5xx", ["endpoint"], registry=r)
+        self.forgets_pending = Gauge("memstream_forgets_pending", "Forget requests not yet complete (the eraser or a view is not past them)",
+                                     registry=r)
+        self.forget_oldest_pending = Gauge("memstream_forget_oldest_pending_seconds", "Age (since requested_at) of the oldest pending forget",
+                                           registry=r)
+        self.forget_complete = Histogram("memstream_forget_complete_seconds", "From a forget's requested_at until the eraser and every view "
+                                         "are past it", buckets=FORGET_BUCKETS, registry=r)
+        self.retention_days = Gauge("memstream_tenant_retention_days", "A tenant's retention: turns older than this are forgotten",
+                                    ["tenant"], registry=r)
+        self.retention_last_sweep = Gauge("memstream_retention_last_sweep_timestamp_seconds", "requested_at of the tenant's newest "
+                                          "retention forget", ["tenant"], registry=r)
 
     # -- streams.runner.RunnerMetrics ----------------------------------------------------
     def batch_done(self, view: str, records: int, dead_letters: int, seconds: float, append_times: list[float]) -> None:

@@ -9,6 +9,10 @@ their lag figures agree.
 It works whoever runs the projections: positions come from the views' own stores, so in Kafka
 mode (faust workers elsewhere) the query service still sees every view's lag and rate.
 
+Forgetting (services/ops/forgets.py): the forget requests not yet complete (the eraser and every
+view past them), the request -> complete time, and each tenant's retention with its last sweep
+(the audit trail's records on the control topic, streams/audit.py).
+
 Freshness (log append -> visible in every view): when the minimum position over all views
 moves on a partition, the records it passed are read back from the log and each is observed
 as (sample time - append time). Resolution is therefore the sampling interval (1 s default);
@@ -21,9 +25,13 @@ import asyncio
 import logging
 import time
 from collections import deque
+from datetime import datetime, timezone
 
 from services.ops.health import STATUSES, HealthWindow, Sample
+from services.audit import tenant_rows
+from services.ops.forgets import ForgetTracker
 from services.ops.metrics import Metrics
+from streams.audit import AuditTrail
 from streams.dlq import list_dead_letters
 from streams.pipeline import Pipeline
 
@@ -40,7 +48,7 @@ def _quantile(values: list[float], q: float) -> float:
 class OpsMonitor:
     def __init__(self, pipeline: Pipeline, metrics: Metrics, *, interval: float = 1.0, window_seconds: float = 30.0,
                  history_seconds: float = 600.0, freshness_cap: int = 2000, mode: str = "embedded",
-                 observe_freshness: bool = True):
+                 observe_freshness: bool = True, observe_forgets: bool | None = None, audit: AuditTrail | None = None):
         self.pipeline = pipeline
         self.metrics = metrics
         self.interval = interval
@@ -48,6 +56,12 @@ class OpsMonitor:
         self.freshness_cap = freshness_cap
         self.mode = mode
         self.observe_freshness = observe_freshness
+        # Like freshness, pending forgets need every view's positions: the query service's sampler
+        # sees them all, a worker's may run one projection.
+        observe_forgets = observe_freshness if observe_forgets is None else observe_forgets
+        self.audit = audit or AuditTrail(pipeline.log, pipeline.config.topic)
+        self.forgets = ForgetTracker(pipeline.log, pipeline.config.topic, pipeline.keystore, metrics) if observe_forgets else None
+        self._retention_tenants: set[str] = set()
         self._health = {v: HealthWindow(window_seconds) for v in pipeline.views}
         self._history: deque[dict] = deque(maxlen=max(10, int(history_seconds / interval)))
         self._visible: dict[int, int] | None = None  # min position over views, per partition
@@ -105,6 +119,7 @@ class OpsMonitor:
             })
         if self.observe_freshness:
             await self._observe_freshness(statuses, now)
+        forgetting = await self._forgetting(statuses, now)
         dead = await self._dead_letter_summary()
         queries = self._query_summary(now)
         freshness = self._freshness_summary(now)
@@ -116,12 +131,13 @@ class OpsMonitor:
             "freshness_p95": freshness["p95_seconds"],
             "query_p50_ms": queries["all"]["p50_ms"],
             "query_p95_ms": queries["all"]["p95_ms"],
+            "forgets_pending": forgetting["pending"],
         }
         self._history.append(point)
         return {
             "time": now, "mode": self.mode, "log_backend": self.pipeline.log.backend, "topic": self.pipeline.config.topic,
             "window_seconds": self.window_seconds, "projections": projections,
-            "freshness": freshness, "queries": queries, "dead_letters": dead,
+            "freshness": freshness, "queries": queries, "dead_letters": dead, "forgetting": forgetting,
         }
 
     async def _observe_freshness(self, statuses, now: float) -> None:
@@ -142,6 +158,42 @@ class OpsMonitor:
                 self.metrics.freshness.observe(seconds)
                 self._freshness.append((now, seconds))
         self._visible = visible
+
+    async def _forgetting(self, statuses, now: float) -> dict:
+        await self.audit.refresh()
+        if self.forgets is not None:
+            out = await self.forgets.sample(statuses, now)
+        else:
+            out = {"pending": None, "oldest_pending_seconds": None, "pending_requests": [], "completed": None}
+        out["retention"] = self._retention(datetime.fromtimestamp(now, timezone.utc))
+        return out
+
+    def _retention(self, now: datetime) -> list[dict]:
+        """Tenants with a retention setting, each with its last sweep: the newest retention forget
+        the audit trail has (the eraser completed it somewhere) or the tracker saw requested."""
+        rows = [r for r in tenant_rows(self.audit, now) if r["retain_days"]]
+        pending = self.forgets.pending_ids() if self.forgets is not None else set()
+        for r in rows:
+            sweep, tenant = r["last_sweep"], r["tenant_id"]
+            seen = self.forgets.last_retention_request(tenant) if self.forgets is not None else None
+            if seen is not None and (sweep is None or (sweep["forget_id"] != seen.event_id
+                                                       and datetime.fromisoformat(sweep["requested_at"]) < seen.requested_at)):
+                sweep = r["last_sweep"] = {"forget_id": seen.event_id, "requested_at": seen.requested_at.isoformat(),
+                                           "occurred_before": seen.scope.occurred_before.isoformat() if seen.scope.occurred_before else None,
+                                           "complete": True, "completed_at": None, "keys_destroyed": None}
+            if sweep is not None:
+                sweep["complete"] = sweep["complete"] and sweep["forget_id"] not in pending
+                self.metrics.retention_last_sweep.labels(tenant).set(datetime.fromisoformat(sweep["requested_at"]).timestamp())
+            self.metrics.retention_days.labels(tenant).set(r["retain_days"])
+        now_set = {r["tenant_id"] for r in rows}
+        for gone in self._retention_tenants - now_set:  # a cleared setting leaves the metrics
+            for gauge in (self.metrics.retention_days, self.metrics.retention_last_sweep):
+                try:
+                    gauge.remove(gone)
+                except KeyError:
+                    pass
+        self._retention_tenants = now_set
+        return rows
 
     def _freshness_summary(self, now: float) -> dict:
         recent = [s for at, s in self._freshness if now - at <= 300]

@@ -56,6 +56,9 @@ function observe(name) {
     updated: document.body.dataset.updated || null,
     meta: document.getElementById("meta")?.textContent ?? null,
     freshness: document.getElementById("freshness")?.textContent ?? null,
+    forgets_pending: document.getElementById("forgets-pending")?.textContent ?? null,
+    forgets_summary: document.getElementById("forgets-summary")?.textContent ?? null,
+    retention: [...document.querySelectorAll("#retention tr[data-tenant]")].map(r => r.dataset.tenant),
     charts,
   };
 }

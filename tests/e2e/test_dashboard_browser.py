@@ -198,6 +198,7 @@ def test_dashboard_shows_a_paused_projection_lag_and_its_recovery(node, server):
     assert seen["signed_in"]  # the page asked for the ops token first
     assert_clean_page(seen)
     assert seen["projections"] == list(PROJECTIONS)
+    assert seen["forgets_pending"] == "0" and seen["retention"] == [], "the forgetting panel renders (no forget, no retention here)"
     assert seen["lag_events"] == str(lexical_lag) and seen["state"] == "paused"
     assert float(seen["lag_seconds"]) > 0
     assert PAUSED in seen["charts"]["chart-lag-events"], seen["charts"]

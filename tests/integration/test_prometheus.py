@@ -218,7 +218,11 @@ def test_grafana_dashboard_is_well_formed():
                    "histogram_quantile(0.95, sum by (le) (rate(memstream_event_searchable_seconds_bucket",
                    "histogram_quantile(0.5, sum by (strategy, le) (rate(memstream_query_latency_seconds_bucket",
                    "histogram_quantile(0.95, sum by (strategy, le) (rate(memstream_query_latency_seconds_bucket",
-                   "memstream_dead_letters_pending", "memstream_projection_status", "memstream_projection_paused"):
+                   "memstream_dead_letters_pending", "memstream_projection_status", "memstream_projection_paused",
+                   # forgetting: pending forgets, the oldest one's age, request -> complete, retention per tenant and its last sweep
+                   "memstream_forgets_pending", "memstream_forget_oldest_pending_seconds",
+                   "histogram_quantile(0.95, sum by (le) (rate(memstream_forget_complete_seconds_bucket",
+                   "memstream_tenant_retention_days", "memstream_retention_last_sweep_timestamp_seconds"):
         assert needed in exprs, needed
     datasources = (REPO / "infra/grafana/provisioning/datasources/prometheus.yml").read_text()
     assert "type: prometheus" in datasources and "url: http://prometheus:9090" in datasources
@@ -348,6 +352,7 @@ def test_prometheus_scrapes_projection_lag_and_loads_the_alerts(memstream_served
     assert by_labels(prom_query(prometheus, concrete(panels["Status per projection"])), "projection") == \
         {(v,): 0.0 for v in VIEW_NAMES}, "every projection should be OK (0) after catching up"
     assert by_labels(prom_query(prometheus, concrete(panels["Paused"])), "projection") == {(v,): 0.0 for v in VIEW_NAMES}
+    assert by_labels(prom_query(prometheus, concrete(panels["Forgets pending"]))) == {(): 0.0}, "no forget was requested"
 
     # The alert rules are loaded and evaluate without error; none fires on a healthy pipeline.
     expected = set(alert_rules())

@@ -105,7 +105,37 @@ function render(snap) {
               el("td", {}, e.replayed ? "yes" : "no"));
     return tr;
   }));
+  renderForgetting(snap.forgetting);
   document.body.dataset.updated = String(snap.time);
+}
+
+// Pending forgets (requested, not yet past the eraser and every view), request -> complete time,
+// and each tenant's retention with its last sweep.
+function renderForgetting(f) {
+  if (!f) return;
+  const badge = document.getElementById("forgets-pending");
+  const pending = f.pending === null ? "–" : String(f.pending);
+  badge.textContent = pending; badge.className = f.pending ? "badge bad" : "badge";
+  const c = f.completed;
+  document.getElementById("forgets-summary").textContent = f.pending === null ? "not observed by this process" :
+    (f.pending ? `oldest pending ${fmt(f.oldest_pending_seconds, 1)} s · ` : "") +
+    (c && c.count ? `request → complete p50 ${fmt(c.p50_seconds, 2)} s · p95 ${fmt(c.p95_seconds, 2)} s over ${c.count} forgets (last hour)`
+                  : "no forget completed in the last hour");
+  document.querySelector("#forgets tbody").replaceChildren(...f.pending_requests.map(p => {
+    const tr = el("tr", { "data-forget": p.forget_id });
+    tr.append(el("td", {}, p.forget_id), el("td", {}, p.tenant_id), el("td", {}, p.level), el("td", {}, p.requested_by || "–"),
+              el("td", { class: "num" }, fmt(p.age_seconds, 1)), el("td", {}, p.partitions_pending.join(", ") || "–"));
+    return tr;
+  }));
+  document.querySelector("#retention tbody").replaceChildren(...f.retention.map(r => {
+    const s = r.last_sweep;
+    const tr = el("tr", { "data-tenant": r.tenant_id });
+    tr.append(el("td", {}, r.tenant_id), el("td", { class: "num retain-days" }, String(r.retain_days)),
+              el("td", {}, new Date(r.cutoff).toLocaleString()),
+              el("td", { class: "last-sweep" }, s ? new Date(s.requested_at).toLocaleString() : "never"),
+              el("td", { class: "sweep-state" }, s ? (s.complete ? "complete" : "in progress") : "nothing to forget yet"));
+    return tr;
+  }));
 }
 
 async function tick() {
