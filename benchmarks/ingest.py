@@ -28,6 +28,7 @@ from infra.registry import Registry  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from schemas.events import TurnRecorded, encode_event  # noqa: E402
 from schemas.ports.views import Boundary  # noqa: E402
+from schemas.units import entity_id  # noqa: E402
 from services.runtime import build_pipeline  # noqa: E402
 from streams.sources import locomo  # noqa: E402
 from report import write_report  # noqa: E402
@@ -114,7 +115,7 @@ async def add_to_ready(path: Path, batch_size: int) -> dict:
             for kind in ("turn", "window", "episode", "sentence"):
                 assert pipeline.store("dense").search(kind, qv, b, 1)
             graph = pipeline.store("graph")
-            match = graph.align_entities(b, ["talk"], qv[None, :], 1)[0]
+            match = graph.align_entities(b, [entity_id("locomo", "talk")], qv[None, :], 1)[0]
             assert match and graph.personalized_pagerank(b, {match[0].entity_id: 1.0}, 0.6)
         ready = time.perf_counter() - t_start
         statuses = await pipeline.status()

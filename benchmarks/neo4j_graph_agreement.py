@@ -122,18 +122,18 @@ def main() -> None:
         timings: dict[str, list[float]] = defaultdict(list)
         for tenant, conv in sorted(changes):
             b = Boundary(tenant, (conv,))
-            reads_equal["entity_names"] &= sq.entity_names(b) == neo.entity_names(b)
+            reads_equal["entity_labels"] &= sq.entity_labels(b) == neo.entity_labels(b)
             reads_equal["context_mentions"] &= {k: sorted(v) for k, v in sq.context_mentions(b).items()} == \
                 {k: sorted(v) for k, v in neo.context_mentions(b).items()}
             snap = sq._snapshot(b)
             probe = list(rng.choice(snap.entities, size=min(30, len(snap.entities)), replace=False)) + ["n_unknown"]
             reads_equal["present"] &= sq.present(b, probe) == neo.present(b, probe)
             reads_equal["sentence_incidence"] &= same_incidence(sq.sentence_incidence(b), neo.sentence_incidence(b))
-            # alignment: noisy copies of real entity vectors, names that never match exactly
+            # alignment: noisy copies of real entity vectors, ids that never match exactly
             named = [snap.named_vectors[i] for i in rng.choice(len(snap.named), size=min(10, len(snap.named)), replace=False)]
             q = np.stack([v + rng.normal(0, 0.05, v.shape).astype(np.float32) for v in named])
             q /= np.linalg.norm(q, axis=1, keepdims=True)
-            names = [f"zz-no-such-name-{i}" for i in range(len(q))]
+            names = [entity_id(tenant, f"zz-no-such-name-{i}") for i in range(len(q))]
             a, n = sq.align_entities(b, names, q, 3), neo.align_entities(b, names, q, 3)
             reads_equal["align_entities_ids"] &= [[m.entity_id for m in x] for x in a] == [[m.entity_id for m in x] for x in n]
             align_diff = max(align_diff, max(abs(x.score - y.score) for xs, ys in zip(a, n) for x, y in zip(xs, ys)))
@@ -174,7 +174,7 @@ def main() -> None:
                 worst = max(worst, max(abs(got[k] - want[k]) for k in want))
             report["boundaries"][label] = {
                 "contexts": len(snap.contexts), "ppr_converged_max_abs_diff": worst,
-                "reads_equal": sq.entity_names(b) == neo.entity_names(b) and sq.context_mentions(b) == neo.context_mentions(b)
+                "reads_equal": sq.entity_labels(b) == neo.entity_labels(b) and sq.context_mentions(b) == neo.context_mentions(b)
                 and same_incidence(sq.sentence_incidence(b), neo.sentence_incidence(b))}
         report["reads_equal"] = dict(reads_equal)
         report["align_max_score_diff"] = align_diff

@@ -26,7 +26,7 @@ then the positions and the conversation-version bumps — all batched with UNWIN
 deterministic ids, so the view and its positions commit together and a replayed change set only
 rewrites the same nodes.
 
-Entity alignment: exact normalised name first (schemas.units.entity_id), else cosine top-k over
+Entity alignment: the exact entity first (the id of the normalised name), else cosine top-k over
 the boundary's named entities computed by Neo4j (`vector.similarity.cosine`, which returns
 (1 + cos) / 2: mapped back to cos). A vector index is not used: `db.index.vector.queryNodes`
 searches the whole index approximately and can only be filtered afterwards, so the top-k of
@@ -324,18 +324,16 @@ class Neo4jGraphStore:
             "matching entities inside a boundary",
             "MATCH (e:Entity) WHERE e.gen = $gen AND e.entity_id IN $ids "
             f"AND EXISTS {{ MATCH (e)<-[m:MENTIONS]-(c:Context) WHERE m.kind IN $kinds AND {where} }} "
-            "RETURN e.entity_id AS id, e.name AS name, e.label AS label", ids=list(entity_ids), kinds=NODE_KINDS, **params)
+            "RETURN e.entity_id AS id, e.label AS label", ids=list(entity_ids), kinds=NODE_KINDS, **params)
 
     def present(self, boundary: Boundary, entity_ids: list[str]) -> set[str]:
         return {r["id"] for r in self._present(boundary, entity_ids)} if entity_ids else set()
 
-    def align_entities(self, boundary: Boundary, names: list[str], vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
-        from schemas.units import entity_id
-
-        exact_ids = [entity_id(boundary.tenant_id, n) for n in names]
-        found = {r["id"]: r for r in self._present(boundary, exact_ids)} if names else {}
-        out: list[list[EntityMatch]] = [[EntityMatch(e, found[e]["name"], found[e]["label"], 1.0)] if e in found else [] for e in exact_ids]
-        q = np.atleast_2d(np.asarray(vectors, dtype=np.float32)) if len(names) else np.zeros((0, 0), np.float32)
+    def align_entities(self, boundary: Boundary, entity_ids: list[str], vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
+        exact_ids = list(entity_ids)
+        found = {r["id"]: r for r in self._present(boundary, exact_ids)} if exact_ids else {}
+        out: list[list[EntityMatch]] = [[EntityMatch(e, found[e]["label"], 1.0)] if e in found else [] for e in exact_ids]
+        q = np.atleast_2d(np.asarray(vectors, dtype=np.float32)) if len(exact_ids) else np.zeros((0, 0), np.float32)
         todo = [i for i, e in enumerate(exact_ids) if e not in found and i < q.shape[0]]
         if not todo or k <= 0:
             return out
@@ -350,30 +348,30 @@ class Neo4jGraphStore:
             "CALL (q, ents) { UNWIND ents AS e "
             "  WITH e, CASE WHEN q.zero THEN 0.0 ELSE 2.0 * vector.similarity.cosine(e.vector, q.v) - 1.0 END AS score "
             "  ORDER BY score DESC, e.entity_id ASC LIMIT $k RETURN e, score } "
-            "RETURN q.i AS i, e.entity_id AS id, e.name AS name, e.label AS label, score ORDER BY i, score DESC, id",
+            "RETURN q.i AS i, e.entity_id AS id, e.label AS label, score ORDER BY i, score DESC, id",
             kinds=NODE_KINDS, queries=queries, k=int(k), **params)
         for r in rows:
-            out[r["i"]].append(EntityMatch(r["id"], r["name"], r["label"], float(r["score"])))
+            out[r["i"]].append(EntityMatch(r["id"], r["label"], float(r["score"])))
         return out
 
-    def entity_names(self, boundary: Boundary) -> Mapping[str, str]:
+    def entity_labels(self, boundary: Boundary) -> Mapping[str, str]:
         def read() -> Mapping[str, str]:
             where, params = _scope(boundary)
-            rows = self._query("reading a boundary's entity names",
+            rows = self._query("reading a boundary's entity labels",
                                f"MATCH (c:Context) WHERE {where} MATCH (c)-[m:MENTIONS]->(e:Entity) WHERE m.kind IN $kinds "
-                               "AND e.vector IS NOT NULL RETURN DISTINCT e.name AS name, e.label AS label", kinds=NODE_KINDS, **params)
-            return MappingProxyType({r["name"]: r["label"] for r in rows})
+                               "AND e.vector IS NOT NULL RETURN DISTINCT e.entity_id AS id, e.label AS label", kinds=NODE_KINDS, **params)
+            return MappingProxyType({r["id"]: r["label"] for r in rows})
 
-        return self._per_version("entity_names", boundary, read)
+        return self._per_version("entity_labels", boundary, read)
 
     def context_mentions(self, boundary: Boundary) -> dict[str, list[tuple[str, str]]]:
         where, params = _scope(boundary)
         rows = self._query("reading a boundary's mentions",
                            f"MATCH (c:Context) WHERE {where} MATCH (c)-[:MENTIONS]->(e:Entity) "
-                           "RETURN c.turn_id AS c, e.name AS name, e.label AS label ORDER BY c, e.entity_id", **params)
+                           "RETURN c.turn_id AS c, e.entity_id AS e, e.label AS label ORDER BY c, e", **params)
         out: dict[str, list[tuple[str, str]]] = defaultdict(list)
         for r in rows:
-            out[r["c"]].append((r["name"], r["label"]))
+            out[r["c"]].append((r["e"], r["label"]))
         return dict(out)
 
     def sentence_incidence(self, boundary: Boundary) -> SentenceIncidence:

@@ -61,9 +61,9 @@ class _Snapshot:
     adjacency: sp.csr_matrix  # contexts x contexts, symmetric 0/1
     sentences: SentenceIncidence
     context_entities: dict[str, set[str]] = field(default_factory=dict)
-    context_mentions: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    context_mentions: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # (entity id, label)
     transitions: dict[tuple, tuple[sp.csr_matrix, np.ndarray]] = field(default_factory=dict)
-    name_labels: Mapping[str, str] | None = None  # read-only: shared by every query of the snapshot
+    named_labels: Mapping[str, str] | None = None  # read-only: shared by every query of the snapshot
 
 
 class SqliteGraphStore(SqliteViewBase):
@@ -168,7 +168,7 @@ class SqliteGraphStore(SqliteViewBase):
         labels: dict[str, list[tuple[str, str]]] = defaultdict(list)
         for cid, eid, _, _ in sorted(mentions):
             if eid in ent_rows:
-                labels[cid].append((ent_rows[eid][0], ent_rows[eid][1]))
+                labels[cid].append((eid, ent_rows[eid][1]))
         entity_ids = sorted({m[1] for m in node_mentions if m[1] in ent_rows})
         ent_index = {eid: i for i, eid in enumerate(entity_ids)}
         rows, cols, vals = [], [], []
@@ -201,33 +201,28 @@ class SqliteGraphStore(SqliteViewBase):
             context_entities=dict(ctx_entities), context_mentions=dict(labels),
         )
 
-    def align_entities(self, boundary: Boundary, names: list[str], vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
-        from schemas.units import entity_id
-
+    def align_entities(self, boundary: Boundary, entity_ids: list[str], vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
         snap = self._snapshot(boundary)
-        q = np.atleast_2d(np.asarray(vectors, dtype=np.float32)) if len(names) else np.zeros((0, 0), np.float32)
+        q = np.atleast_2d(np.asarray(vectors, dtype=np.float32)) if len(entity_ids) else np.zeros((0, 0), np.float32)
         out: list[list[EntityMatch]] = []
-        for i, name in enumerate(names):
-            exact = entity_id(boundary.tenant_id, name)
+        for i, exact in enumerate(entity_ids):
             j = snap.index.get(exact)
-            if j is not None:
-                e = j - len(snap.contexts)
-                out.append([EntityMatch(exact, snap.entity_names[e], snap.entity_labels[e], 1.0)])
+            if j is not None and j >= len(snap.contexts):
+                out.append([EntityMatch(exact, snap.entity_labels[j - len(snap.contexts)], 1.0)])
                 continue
             if not snap.named or q.shape[0] <= i:
                 out.append([])
                 continue
             scores = snap.named_vectors @ q[i]
-            top = np.argsort(-scores, kind="stable")[:k]
-            out.append([EntityMatch(snap.entities[snap.named[t]], snap.entity_names[snap.named[t]], snap.entity_labels[snap.named[t]],
-                                    float(scores[t])) for t in top])
+            top = np.argsort(-scores, kind="stable")[:k]  # ties: entity-id order (`named` is sorted)
+            out.append([EntityMatch(snap.entities[snap.named[t]], snap.entity_labels[snap.named[t]], float(scores[t])) for t in top])
         return out
 
-    def entity_names(self, boundary: Boundary) -> Mapping[str, str]:
+    def entity_labels(self, boundary: Boundary) -> Mapping[str, str]:
         snap = self._snapshot(boundary)
-        if snap.name_labels is None:  # read on every query (the question's lexicon): built once per snapshot
-            snap.name_labels = MappingProxyType({snap.entity_names[i]: snap.entity_labels[i] for i in snap.named})
-        return snap.name_labels
+        if snap.named_labels is None:  # read on every query (the question's lexicon): built once per snapshot
+            snap.named_labels = MappingProxyType({snap.entities[i]: snap.entity_labels[i] for i in snap.named})
+        return snap.named_labels
 
     def present(self, boundary: Boundary, entity_ids: list[str]) -> set[str]:
         snap = self._snapshot(boundary)

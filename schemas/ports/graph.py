@@ -8,6 +8,10 @@ of a session. Sentences record which entities co-occur in them (for eq. 9).
 Reads are bounded: the graph a query sees is the boundary's contexts and the entities they
 mention — never another tenant's or conversation's contexts. Personalised PageRank is computed
 by the engine (scipy embedded, Neo4j GDS at scale).
+
+Reads speak entity ids, never names: an entity's id is a digest of its tenant and normalised
+name (schemas.units.entity_id), so the query side finds a name it has by computing its id, and
+a store that cannot erase what it once wrote (Neo4j) needs to keep no name at all.
 """
 
 from __future__ import annotations
@@ -75,9 +79,8 @@ class GraphChangeSet(ChangeSet):
 @dataclass(frozen=True)
 class EntityMatch:
     entity_id: str
-    name: str
     label: str
-    score: float  # cosine
+    score: float  # 1.0 for the exact entity, else the cosine
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,14 +126,15 @@ class GraphStore(ViewStore, Protocol):
 
     def known_entities(self, tenant_id: str, entity_ids: list[str]) -> set[str]: ...
 
-    def align_entities(self, boundary: Boundary, names: list[str], vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
-        """Eq. 8, for each query entity (normalised name + vector): an entity of that exact name
-        mentioned inside the boundary (score 1.0), else the k named entities of the boundary
-        most similar by cosine. Keyword nodes take part only through exact names."""
+    def align_entities(self, boundary: Boundary, entity_ids: list[str], vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
+        """Eq. 8, for each query entity (the id of its normalised name, `entity_id(tenant,
+        name)`, and its vector): that entity if it is mentioned inside the boundary (score 1.0),
+        else the k named entities of the boundary most similar by cosine (ties by entity id).
+        Keyword nodes take part only exactly."""
         ...
 
-    def entity_names(self, boundary: Boundary) -> Mapping[str, str]:
-        """Normalised name -> label of the named entities (not keywords) mentioned inside the
+    def entity_labels(self, boundary: Boundary) -> Mapping[str, str]:
+        """Entity id -> label of the named entities (not keywords) mentioned inside the
         boundary. Read-only (stores may share it between queries)."""
         ...
 
@@ -139,8 +143,9 @@ class GraphStore(ViewStore, Protocol):
         ...
 
     def context_mentions(self, boundary: Boundary) -> dict[str, list[tuple[str, str]]]:
-        """Per context (turn id) the (name, label) of the entities and values it mentions
-        (PERSON, DATE, CARDINAL, SPEAKER, KEYWORD…), for answer-type compatibility."""
+        """Per context (turn id) the (entity id, label) of the entities and values it mentions
+        (PERSON, DATE, CARDINAL, SPEAKER, KEYWORD…) in entity-id order, for answer-type
+        compatibility."""
         ...
 
     def sentence_incidence(self, boundary: Boundary) -> SentenceIncidence:

@@ -62,10 +62,11 @@ _WORDS_RE = re.compile(r"[A-Za-z0-9][\w'’&.-]*")
 _CAPITALISED = re.compile(r"\b([A-Z][\w'’&.-]*(?:\s+[A-Z][\w'’&.-]*)*)")
 
 
-def lexicon_mentions(question: str, names: Mapping[str, str], max_words: int = 4) -> list[tuple[str, str, int, int]]:
+def lexicon_mentions(question: str, tenant_id: str, labels: Mapping[str, str], max_words: int = 4) -> list[tuple[str, str, int, int]]:
     """Entity mentions of a question without a model, written to find what an English NER model
     finds: the longest capitalised word n-grams (not the question's first word alone) that are
-    names the boundary already knows, with their label; then the remaining capitalised phrases
+    names the boundary already knows (`labels`: entity id -> label; a name is known when the id
+    of its normalised form is there), with their label; then the remaining capitalised phrases
     as names to align by embedding. Month and weekday names are dates (NER's DATE), not names."""
     words = [(m.start(), m.end()) for m in _WORDS_RE.finditer(question)]
     taken = [False] * len(words)
@@ -79,8 +80,9 @@ def lexicon_mentions(question: str, names: Mapping[str, str], max_words: int = 4
             if not text[0].isupper() or (i == 0 and n == 1):
                 continue
             name = normalize_entity(text)
-            if name in names and name not in stop_words() and name not in _CALENDAR:
-                found.append((text, names[name], s, e))
+            label = labels.get(entity_id(tenant_id, name))
+            if label is not None and name not in stop_words() and name not in _CALENDAR:
+                found.append((text, label, s, e))
                 taken[i:i + n] = [True] * n
     for m in _CAPITALISED.finditer(question):
         if m.start() == 0 or any(a < m.end() and m.start() < b for _, _, a, b in found) or m.group(1).lower() in _CALENDAR:
@@ -160,7 +162,8 @@ class ZeroMem:
         q = self.ctx.request.question
         with self.ctx.timed("profile"):
             if self.cfg.question_entities == "lexicon" or self.ctx.extractor is None:
-                mentions = lexicon_mentions(q, self.ctx.store("graph").entity_names(self.ctx.boundary))
+                b = self.ctx.boundary
+                mentions = lexicon_mentions(q, b.tenant_id, self.ctx.store("graph").entity_labels(b))
             else:
                 mentions = [(m.text, m.label, m.start, m.end) for m in self.ctx.extractor.analyze([q])[0].mentions]
             as_of = self.ctx.request.as_of or (max(self.corpus.occurred) if self.corpus.occurred else None)
@@ -201,8 +204,8 @@ class ZeroMem:
         cached = getattr(c, "_type_flags", None)
         if cached is not None and cached[0] == version:
             return cached[1]
-        mentions = graph.context_mentions(b)
-        speakers = {normalize_entity(s) for s in c.speakers}
+        mentions = graph.context_mentions(b)  # per turn: (entity id, label)
+        speakers = {entity_id(b.tenant_id, normalize_entity(s)) for s in c.speakers}
         flags = {k: np.zeros(self.n) for k in ("date", "number", "place", "person")}
         for i, t in enumerate(c.turns):
             found = mentions.get(t.unit_id, ())
@@ -210,11 +213,11 @@ class ZeroMem:
             flags["date"][i] = bool(labels & _DATE_LABELS) or bool(_TIME_RE.search(t.text))
             flags["number"][i] = bool(labels & _NUMBER_LABELS) or bool(_NUM_RE.search(t.text))
             flags["place"][i] = bool(labels & _PLACE_LABELS)
-            flags["person"][i] = any(lab == "PERSON" and name not in speakers for name, lab in found)
+            flags["person"][i] = any(lab == "PERSON" and eid not in speakers for eid, lab in found)
         flags["duration"] = np.maximum(flags["date"], flags["number"])
         for i, t in enumerate(c.turns):
-            for name, lab in mentions.get(t.unit_id, ()):
-                if lab == "PERSON" and name in speakers:
+            for eid, lab in mentions.get(t.unit_id, ()):
+                if lab == "PERSON" and eid in speakers:
                     continue
                 flags.setdefault("label:" + lab, np.zeros(self.n))[i] = 1.0
         c._type_flags = (version, flags)
@@ -352,8 +355,8 @@ class ZeroMem:
         cfg, p = self.cfg, self.profile
         eta: dict[str, float] = {}
         if p.entities:
-            vectors = self.entity_vectors
-            for match in self.ctx.store("graph").align_entities(self.ctx.boundary, p.entities, vectors, 1):
+            vectors, b = self.entity_vectors, self.ctx.boundary
+            for match in self.ctx.store("graph").align_entities(b, [entity_id(b.tenant_id, e) for e in p.entities], vectors, 1):
                 if match and match[0].score >= cfg.align_min:
                     eta[match[0].entity_id] = max(eta.get(match[0].entity_id, 0.0), match[0].score)
         for e in self.keyword_nodes:

@@ -119,13 +119,17 @@ def test_graph_reads_are_bounded_by_conversation_and_tenant(store):
     assert set(ppr) == {r.turn_id for r in rows1}
     assert store.personalized_pagerank(Boundary("t1", ("c1",)), {ids3["paris"]: 1.0}, 0.6) == {}
     b = Boundary("t1", ("c1",))
-    exact, near = store.align_entities(b, ["bob", "roma"], np.stack([vec("bob"), vec("rome")]), 2)
-    assert [(m.entity_id, m.score) for m in exact] == [(ids1["bob"], 1.0)]
-    assert near[0].entity_id == ids1["rome"] and near[0].score > 0.999
-    assert all(m.entity_id != ids1["kw:pasta"] for m in near)  # keyword nodes align by exact name only
-    assert store.align_entities(b, ["kw:pasta"], np.zeros((1, 16), np.float32), 1)[0][0].entity_id == ids1["kw:pasta"]
+    exact, near = store.align_entities(b, [ids1["bob"], entity_id("t1", "roma")], np.stack([vec("bob"), vec("rome")]), 2)
+    assert [(m.entity_id, m.label, m.score) for m in exact] == [(ids1["bob"], "PERSON", 1.0)]
+    assert near[0].entity_id == ids1["rome"] and near[0].label == "GPE" and near[0].score > 0.999
+    assert all(m.entity_id != ids1["kw:pasta"] for m in near)  # keyword nodes align exactly only
+    assert store.align_entities(b, [ids1["kw:pasta"]], np.zeros((1, 16), np.float32), 1)[0][0].entity_id == ids1["kw:pasta"]
+    # Another tenant's entity is never matched exactly, even asked by its own id.
+    assert all(m.entity_id in ids1.values() for m in store.align_entities(b, [ids3["paris"]], vec("paris")[None, :], 3)[0])
     assert store.present(b, [ids1["rome"], ids3["rome"], "n_nothing"]) == {ids1["rome"]}
-    assert sorted(store.context_mentions(b)[rows1[2].turn_id]) == [("kw:pasta", "KEYWORD"), ("rome", "GPE")]
+    assert store.context_mentions(b)[rows1[2].turn_id] == sorted([(ids1["kw:pasta"], "KEYWORD"), (ids1["rome"], "GPE")])
+    assert dict(store.entity_labels(b)) == {ids1[n]: LABELS[n] for n in ("ann", "bob", "paris", "rome")}  # named entities, not keywords
+    assert dict(store.entity_labels(Boundary("t2", ("c1",)))) == {ids3[n]: LABELS[n] for n in ("ann", "bob", "paris", "rome")}
     inc = store.sentence_incidence(Boundary("t1", ("c1",)))
     bob = inc.sentences_mentioning([ids1["bob"]])
     assert {inc.context_ids[inc.sentence_ids.index(s)] for s in bob} == {rows1[0].turn_id, rows1[1].turn_id}

@@ -11,6 +11,7 @@ import pytest
 
 from streams.sealing import Opener
 from schemas.ports.views import Boundary
+from schemas.units import entity_id
 from tests.e2e.helpers import assert_same_views, dumps, make_pipeline, publish, sample_items, strip_positions
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -40,8 +41,8 @@ async def test_every_unit_points_back_to_its_raw_event(tmp_path, models):
         vec = models[0].encode(["vegetarian"])[0]
         assert p.store("dense").search("turn", vec, b, 1)[0].unit_id in {t.unit_id for t in turns}
         graph = p.store("graph")
-        maya = graph.align_entities(b, ["maya"], models[0].encode(["Maya"]), 1)[0][0]
-        assert maya.name == "maya"
+        maya = graph.align_entities(b, [entity_id("demo", "maya")], models[0].encode(["Maya"]), 1)[0][0]
+        assert maya.score == 1.0 and maya.label in ("PERSON", "SPEAKER")  # the exact entity, found by the id of its name
         ppr = graph.personalized_pagerank(b, {maya.entity_id: 1.0}, 0.6)
         top = max(ppr, key=ppr.get)
         assert "Maya" in units.get_units("demo", [top])[top].text
@@ -119,7 +120,7 @@ async def test_forgetting_a_turn_removes_it_everywhere_and_repairs_the_session(t
         assert p.store("hierarchy").list_units(b, "turn") == []
         assert p.store("lexical").search("turn", "Lisbon", b, 5) == []
         assert p.store("dense").search("turn", models[0].encode(["Lisbon"])[0], b, 5) == []
-        assert p.store("graph").align_entities(b, ["maya"], models[0].encode(["Maya"]), 1) == [[]]
+        assert p.store("graph").align_entities(b, [entity_id("demo", "maya")], models[0].encode(["Maya"]), 1) == [[]]
     finally:
         await p.close()
         await q.close()

@@ -247,11 +247,11 @@ async def test_the_graph_projection_builds_on_neo4j_the_view_it_builds_embedded(
         embedded = p.store("graph")
         assert_same_views(embedded.canonical_dump(), neo.canonical_dump())
         b = Boundary("demo", ("lisbon-trip",))
-        assert neo.entity_names(b) == embedded.entity_names(b)
+        assert neo.entity_labels(b) == embedded.entity_labels(b)
         assert neo.context_mentions(b) == embedded.context_mentions(b)
-        maya = models[0].encode(["Maya"])
-        [[exact]] = neo.align_entities(b, ["maya"], maya, 1)
-        assert exact == embedded.align_entities(b, ["maya"], maya, 1)[0][0]
+        maya, maya_id = models[0].encode(["Maya"]), entity_id("demo", "maya")
+        [[exact]] = neo.align_entities(b, [maya_id], maya, 1)
+        assert exact == embedded.align_entities(b, [maya_id], maya, 1)[0][0]
         reset = {exact.entity_id: 1.0}
         want = embedded.personalized_pagerank(b, reset, 0.8, max_iterations=1000, tolerance=1e-13)
         got = neo.personalized_pagerank(b, reset, 0.8, max_iterations=1000, tolerance=1e-13)
@@ -260,7 +260,7 @@ async def test_the_graph_projection_builds_on_neo4j_the_view_it_builds_embedded(
         await publish(p, [{"type": "ForgetRequested", "event_id": "forget-2", "tenant_id": "demo", "requested_at": "2026-05-01T00:00:00Z",
                            "scope": {"level": "tenant"}}])
         await runner.run_until(await p.log.end_offsets(p.config.topic))
-        assert neo.align_entities(b, ["maya"], maya, 1) == [[]]
+        assert neo.align_entities(b, [maya_id], maya, 1) == [[]]
         assert not neo.known_tenant("demo") and neo.known_entities("demo", [exact.entity_id]) == set()
         assert neo.personalized_pagerank(b, reset, 0.8) == {}
     finally:
