@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -25,6 +26,7 @@ from infra.vectors.qdrant import QdrantVectorStore  # noqa: E402
 from schemas.ports.vectors import VectorChangeSet, VectorPoint  # noqa: E402
 from schemas.ports.views import Boundary  # noqa: E402
 from services.eval.locomo import percentile  # noqa: E402
+from tests.contracts.builders import sealer  # noqa: E402
 from tests.integration import servers  # noqa: E402
 from report import write_report  # noqa: E402
 
@@ -40,7 +42,8 @@ def main() -> int:
     t0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
     with servers.qdrant() as url:
         prefix = f"bench{uuid.uuid4().hex[:6]}"
-        stores = {t: QdrantVectorStore(servers.qdrant_test_client(url, grpc=t == "grpc"), prefix, 1) for t in ("grpc", "rest")}
+        keys = Path(tempfile.mkdtemp(prefix="bench-keys-"))  # the benchmark writes points only: the sealer is never used
+        stores = {t: QdrantVectorStore(servers.qdrant_test_client(url, grpc=t == "grpc"), prefix, 1, sealer=sealer(keys)) for t in ("grpc", "rest")}
         try:
             vecs = rng.standard_normal((args.points, 384)).astype(np.float32)
             vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)

@@ -33,6 +33,10 @@ BOOKKEEPING_LABELS = ("MemstreamPosition", "MemstreamVersion")
 
 TURN_FIELDS = ("turn_id", "tenant_id", "conversation_id", "session_id", "event_id", "agent_id", "speaker", "role",
                "turn_index", "occurred_at", "text", "source_ref", "partition", "offset", "content_hash")
+# What a Neo4j turn ledger keeps: no text, speaker or source_ref. Neo4j leaves deleted records'
+# bytes in its store files and transaction logs, so whatever it is given stays on disk after a
+# forget; the graph projection never reads those fields back (schemas/ports/graph.py).
+KEPT_TURN_FIELDS = tuple(f for f in TURN_FIELDS if f not in ("text", "speaker", "source_ref"))
 
 
 def connect(uri: str, auth: tuple[str, str] | None = None, **config) -> neo4j.Driver:
@@ -106,12 +110,16 @@ def utc(t: datetime) -> datetime:
 
 
 def turn_props(t: TurnRow) -> dict:
-    props = {f: getattr(t, f) for f in TURN_FIELDS}
+    """A turn's ledger properties: KEPT_TURN_FIELDS only (never its text or speaker)."""
+    props = {f: getattr(t, f) for f in KEPT_TURN_FIELDS}
     props["occurred_at"] = utc(t.occurred_at)
     return props
 
 
 def props_to_turn(p: dict) -> TurnRow:
+    """A ledger turn back; the fields Neo4j does not keep come back empty (text '', speaker '',
+    source_ref None)."""
     occurred = p["occurred_at"]
     occurred = occurred.to_native() if hasattr(occurred, "to_native") else occurred
-    return TurnRow(**{f: p.get(f) for f in TURN_FIELDS if f != "occurred_at"}, occurred_at=occurred.astimezone(timezone.utc))
+    return TurnRow(**{f: p.get(f) for f in KEPT_TURN_FIELDS if f != "occurred_at"}, text="", speaker="", source_ref=None,
+                   occurred_at=occurred.astimezone(timezone.utc))

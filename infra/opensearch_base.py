@@ -17,6 +17,26 @@ rewrites the same documents. The explicit refresh (instead of refresh=wait_for, 
 to refresh_interval = 1 s per batch) makes a change set visible to the next search as soon as
 `apply` returns; versions are bumped after it, so a query-side cache keyed on a version never
 holds data older than that version.
+
+Erasure is deferred, with a bound. A delete in Lucene only marks the document (a soft delete);
+its bytes stay in the segment — stored `_source` in LZ4 blocks, in which a word is readable —
+until a merge rewrites the segment, and the translog keeps the original write until a flush.
+OpenSearch also keeps soft-deleted documents for peer recovery as long as a shard's retention
+lease is below their sequence number, and it moves the leases forward only on its periodic
+retention-lease sync (every 30 s, a setting users may not change). So, measured on OpenSearch
+2.19: a forced merge right after the delete keeps the document; one after the lease has passed
+the delete drops it, provided the merge policy lets every segment with a delete be merged
+(`index.merge.policy.expunge_deletes_allowed: 0`; the default, 10 %, skips segments with fewer
+deletes). Every index is created with that, and with a short lease period for copies that went
+away (`index.soft_deletes.retention_lease.period: 30s`, default 12 h), which would otherwise hold
+deleted documents for half a day. After a change set that forgets or deletes turns, the store
+records a pending erasure — for each index and shard, its highest sequence number — in the ledger
+(`_erasure`, written before the positions, so a crash cannot lose it); `erase_pending()` says how
+long until it is due and `erase_due()` runs it: for each index whose leases have all passed the
+recorded numbers, `_forcemerge?only_expunge_deletes=true`, a refresh (the searcher otherwise
+keeps the old segment files open, and Lucene keeps files a reader uses) and a flush (which drops
+the translog generations holding the original writes). Measured bound: 30 s after the forget
+(the lease sync) plus the merge, when the runner calls `erase_due()` on time.
 """
 
 from __future__ import annotations
@@ -24,6 +44,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from contextlib import contextmanager
 from typing import Iterable, Iterator
 
@@ -151,13 +172,27 @@ def terms(field: str, values: Iterable) -> dict:
 
 
 def scope_filters(forget: Forget) -> list[dict]:
-    """Tenant/conversation/session part of a forget scope (turn level: the caller adds the turn)."""
+    """Tenant/conversation/session part of a forget scope: for view documents, which a scope
+    that is not partial removes by these fields (a partial one reaches them through the
+    ledger's turns). The ledger's own rule is `ledger_scope`."""
     s = forget.scope
     out = [term("tenant_id", forget.tenant_id)]
     if s.level in ("conversation", "session", "turn"):
         out.append(term("conversation_id", s.conversation_id))
     if s.level == "session":
         out.append(term("session_id", s.session_id))
+    return out
+
+
+def ledger_scope(forget: Forget) -> list[dict]:
+    """Filters over ledger turn documents for the turns a forget covers (ForgetScope.covers)."""
+    s, out = forget.scope, scope_filters(forget)
+    if s.level == "turn":
+        out.append(term("event_id", s.event_id))
+    if s.level == "agent":
+        out.append(term("agent_id", s.agent_id))
+    if s.occurred_before is not None:
+        out.append({"range": {"occurred_us": {"lt": micros(s.occurred_before)}}})
     return out
 
 
@@ -186,8 +221,14 @@ _KEYWORD = {"type": "keyword"}
 # Only the fields the ledger filters on are indexed; the rest of a turn lives in _source.
 _LEDGER_MAPPINGS = {
     "dynamic": False,
-    "properties": {name: _KEYWORD for name in ("type", "turn_id", "tenant_id", "conversation_id", "session_id", "event_id")},
+    "properties": {**{name: _KEYWORD for name in ("type", "turn_id", "tenant_id", "conversation_id", "session_id", "event_id", "agent_id")},
+                   "occurred_us": {"type": "long"}},
 }
+ERASURE_ID = "_erasure"
+# What lets a forced merge drop deleted documents (module docstring). Dynamic settings: indices
+# made before them get them when a store opens them.
+ERASURE_SETTINGS = {"merge.policy.expunge_deletes_allowed": 0, "soft_deletes.retention_lease.period": "30s"}
+LEASE_SYNC_SECONDS = 30.0  # OpenSearch's retention-lease sync interval (not user-settable)
 
 
 class OpenSearchViewBase:
@@ -212,6 +253,7 @@ class OpenSearchViewBase:
         self._client: OpenSearch | None = None
         self._ready = False
         self._lock = threading.RLock()
+        self._erasure: dict | None = None  # the pending erasure ({"targets": {index: {shard: seq_no}}, "since": t}), read lazily
 
     # -- lifecycle -----------------------------------------------------------------------
     def _mappings(self) -> dict:
@@ -247,14 +289,20 @@ class OpenSearchViewBase:
         if not self._ready:
             with self._lock, self._translate("creating indices"):
                 if not self._ready:
-                    settings = {"index": self._settings} | ({"analysis": self._analysis()} if self._analysis() else {})
+                    index_settings = self._settings | ERASURE_SETTINGS
+                    settings = {"index": index_settings} | ({"analysis": self._analysis()} if self._analysis() else {})
                     self._create(client, self.index, {"settings": settings, "mappings": self._mappings()})
-                    self._create(client, self.ledger_index, {"settings": {"index": self._settings}, "mappings": _LEDGER_MAPPINGS})
+                    self._create(client, self.ledger_index, {"settings": {"index": index_settings}, "mappings": _LEDGER_MAPPINGS})
                     self._ready = True
         return client
 
     def _create(self, client: OpenSearch, name: str, body: dict) -> None:
         if client.indices.exists(index=name):
+            current = client.indices.get_settings(index=name, name="index.merge.policy.expunge_deletes_allowed,"
+                                                  "index.soft_deletes.retention_lease.period", flat_settings=True)
+            want = {f"index.{k}": str(v) for k, v in ERASURE_SETTINGS.items()}
+            if current.get(name, {}).get("settings", {}) != want:  # an index made before erasure settings existed
+                client.indices.put_settings(index=name, body={"index": ERASURE_SETTINGS})
             return
         try:
             client.indices.create(index=name, body=body)
@@ -321,23 +369,16 @@ class OpenSearchViewBase:
         return order_turns(self._turns([term("tenant_id", tenant_id), term("conversation_id", conversation_id), term("session_id", session_id)]))
 
     def turns_in_scope(self, forget: Forget) -> list[TurnRow]:
-        return self._turns(self._ledger_scope(forget))
+        return self._turns(ledger_scope(forget))
 
     def ledger_dump(self) -> list[dict]:
         return ledger_dump(self._turns([]))
-
-    @staticmethod
-    def _ledger_scope(forget: Forget) -> list[dict]:
-        filters = scope_filters(forget)
-        if forget.scope.level == "turn":
-            filters.append(term("event_id", forget.scope.event_id))
-        return filters
 
     # -- ledger writes (call inside _translate) ------------------------------------------
     def _forget_ledger(self, forget: Forget) -> set[tuple[str, str]]:
         """Delete the scope's turns from the ledger; return the conversations touched."""
         touched = {(t.tenant_id, t.conversation_id) for t in self.turns_in_scope(forget)}
-        self._os().delete_by_query(index=self.ledger_index, body={"query": {"bool": {"filter": [term("type", "turn"), *self._ledger_scope(forget)]}}},
+        self._os().delete_by_query(index=self.ledger_index, body={"query": {"bool": {"filter": [term("type", "turn"), *ledger_scope(forget)]}}},
                                    refresh=True, conflicts="proceed")
         return touched
 
@@ -365,13 +406,87 @@ class OpenSearchViewBase:
         touched |= self._put_turns(change.put_turns)
         return touched
 
-    def _commit(self, touched: set[tuple[str, str]], positions: Positions) -> None:
-        """Make the change set visible, bump versions, then record the positions (last)."""
+    def _commit(self, touched: set[tuple[str, str]], positions: Positions, change: ChangeSet | None = None) -> None:
+        """Make the change set visible, record the erasure it needs (if it forgets or deletes
+        turns), bump versions, then record the positions (last)."""
         client = self._os()
         client.indices.refresh(index=f"{self.index},{self.ledger_index}")
+        if change is not None and (change.forgets or change.delete_turns):
+            self._record_erasure()
         self._bulk([{"_op_type": "index", "_index": self.ledger_index, "_id": _conv_doc_id(t, c),
                      "_source": {"type": "conv", "tenant_id": t, "conversation_id": c}} for t, c in sorted(touched)], "bumping versions")
         # A partial `update` merges into the stored map: partitions not named keep their offset.
         self._bulk([{"_op_type": "update", "_index": self.ledger_index, "_id": POSITIONS_ID,
                      "_source": {"type": "positions", "positions": {str(p): o for p, o in positions.items()}}}], "writing positions")
         client.indices.refresh(index=self.ledger_index)
+
+    # -- erasure (module docstring; schemas/ports/views.py) --------------------------------
+    erasure_deferred_seconds = 60.0  # the bound: the 30 s lease sync, the merge and the runner's polling, with margin
+
+    def _shards(self, index: str) -> dict[str, list[dict]]:
+        """Shard number -> the stats of its copies (seq_no, retention_leases)."""
+        stats = self._os().indices.stats(index=index, level="shards", metric="docs")
+        return stats["indices"][index]["shards"]
+
+    def _pending(self) -> dict:
+        if self._erasure is None:
+            resp = self._os().get(index=self.ledger_index, id=ERASURE_ID, ignore=404)
+            self._erasure = resp["_source"] if resp.get("found") else {"targets": {}, "since": None}
+        return self._erasure
+
+    def _save_erasure(self, pending: dict) -> None:
+        self._bulk([{"_op_type": "index", "_index": self.ledger_index, "_id": ERASURE_ID,
+                     "_source": {"type": "erasure", **pending}}], "recording a pending erasure")
+        self._erasure = pending
+
+    def _record_erasure(self) -> None:
+        """Note, per index and shard, the highest sequence number written so far: every delete of
+        this change set is at or below it (call after the writes, before the positions)."""
+        pending = self._pending()
+        targets = {i: dict(shards) for i, shards in pending["targets"].items()}
+        for index in (self.index, self.ledger_index):
+            for shard, copies in self._shards(index).items():
+                seq = max(c["seq_no"]["max_seq_no"] for c in copies)
+                targets.setdefault(index, {})[shard] = max(seq, targets.get(index, {}).get(shard, -1))
+        self._save_erasure({"targets": targets, "since": pending["since"] or time.time()})
+
+    def _due(self, index: str, shards: dict[str, int]) -> bool:
+        """Whether every retention lease of every copy of the index's shards has passed the
+        recorded sequence numbers (a merge can then drop the deleted documents)."""
+        got = self._shards(index)
+        for shard, seq in shards.items():
+            leases = [lease["retaining_seq_no"] for c in got.get(shard, []) for lease in c.get("retention_leases", {}).get("leases", [])]
+            if not leases or min(leases) <= seq:
+                return False
+        return True
+
+    def erase_pending(self) -> float | None:
+        """None when every forget so far is erased from the cluster's files; else the seconds
+        until `erase_due()` can make progress (0: now; a poll hint, at least 1 s otherwise)."""
+        with self._lock, self._translate("reading the pending erasure"):
+            pending = self._pending()
+            if not pending["targets"]:
+                return None
+            if any(self._due(i, s) for i, s in pending["targets"].items()):
+                return 0.0
+            return max(1.0, pending["since"] + LEASE_SYNC_SECONDS - time.time())
+
+    def erase_due(self) -> float | None:
+        """Expunge deleted documents from every index whose retention leases have passed the
+        recorded deletes (forced merge, refresh, flush); returns `erase_pending()` afterwards."""
+        with self._lock, self._translate("erasing deleted documents"):
+            pending = self._pending()
+            left = {}
+            client = self._os()
+            for index, shards in sorted(pending["targets"].items()):
+                if not self._due(index, shards):
+                    left[index] = shards
+                    continue
+                client.indices.forcemerge(index=index, only_expunge_deletes=True, request_timeout=600)
+                client.indices.refresh(index=index)
+                client.indices.flush(index=index)
+            if left != pending["targets"]:
+                self._save_erasure({"targets": left, "since": pending["since"] if left else None})
+                if not left:  # the erasure record's own write is in the ledger: nothing of it needs erasing
+                    client.indices.refresh(index=self.ledger_index)
+        return self.erase_pending()

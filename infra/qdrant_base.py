@@ -18,6 +18,14 @@ transaction, so a change set is applied in the order of schemas/ports/views.py w
 deterministic ids — re-applying it rewrites the same points — and the positions are the
 last write. Versions and positions are read-modify-write: one writer per view generation
 (the pipeline's writer lock) makes that safe.
+
+No plaintext. Qdrant keeps every update in its write-ahead log (and a deleted point's payload
+in segment files until they are optimised), so what a forget must erase is never written in
+the clear: a ledger turn's text, speaker and source_ref travel as one field, `sealed`, sealed
+with the turn's own data key (schemas/sealing.py's TextSealer, given to the constructor), and
+destroying that key on forget shreds every copy Qdrant keeps. Reads open them in one batch per
+call; a turn whose key is destroyed (it is being forgotten) comes back with text '' and speaker
+''. Points carry ids, times and vectors only.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from infra.turn_docs import doc_turn, ledger_dump, micros, turn_doc
 from schemas.errors import MemstreamError, StoreError, TransientError
 from schemas.ordering import order_turns
 from schemas.ports.views import Boundary, Forget, Positions, TurnRow, ViewName, once_per_request
+from schemas.sealing import TextSealer
 
 _NS = uuid.uuid5(uuid.NAMESPACE_URL, "memstream")
 _PAGE = 1_000
@@ -171,12 +180,27 @@ def match_any(key: str, values: Iterable[str]) -> models.FieldCondition:
 
 
 def scope_conditions(forget: Forget) -> list[models.FieldCondition]:
+    """Tenant/conversation/session part of a forget scope: for view points, which a scope that
+    is not partial removes by these fields (a partial one reaches them through the ledger's
+    turns). The ledger's own rule is `ledger_conditions`."""
     s = forget.scope
     out = [match("tenant_id", forget.tenant_id)]
     if s.level in ("conversation", "session", "turn"):
         out.append(match("conversation_id", s.conversation_id))
     if s.level == "session":
         out.append(match("session_id", s.session_id))
+    return out
+
+
+def ledger_conditions(forget: Forget) -> list[models.FieldCondition]:
+    """Conditions over ledger turn points for the turns a forget covers (ForgetScope.covers)."""
+    s, out = forget.scope, scope_conditions(forget)
+    if s.level == "turn":
+        out.append(match("event_id", s.event_id))
+    if s.level == "agent":
+        out.append(match("agent_id", s.agent_id))
+    if s.occurred_before is not None:
+        out.append(models.FieldCondition(key="occurred_us", range=models.Range(lt=micros(s.occurred_before))))
     return out
 
 
@@ -204,7 +228,34 @@ def _conv_point(tenant_id: str, conversation_id: str) -> str:
 
 def _position_point(partition: int) -> str:
     return point_uuid("position", str(partition))
-_LEDGER_INDEXES = {name: models.PayloadSchemaType.KEYWORD for name in ("type", "tenant_id", "conversation_id", "session_id", "event_id", "turn_id")}
+_LEDGER_INDEXES = {**{name: models.PayloadSchemaType.KEYWORD for name in ("type", "tenant_id", "conversation_id", "session_id", "event_id", "turn_id",
+                                                                         "agent_id")},
+                   "occurred_us": models.PayloadSchemaType.INTEGER}
+_SEALED_FIELDS = ("text", "speaker", "source_ref")
+
+
+def seal_turns(turns: list[TurnRow], sealer: TextSealer) -> list[dict]:
+    """Ledger turns' payloads: turn_doc without text, speaker and source_ref, which travel
+    sealed with each turn's data key (module docstring); one key store round trip."""
+    tokens = sealer.seal_many([(t.tenant_id, t.conversation_id, t.event_id, json.dumps([t.text, t.speaker, t.source_ref])) for t in turns])
+    return [{**{k: v for k, v in turn_doc(t).items() if k not in _SEALED_FIELDS}, "sealed": token} for t, token in zip(turns, tokens)]
+
+
+def open_turns(payloads: list[dict], sealer: TextSealer | None) -> list[TurnRow]:
+    """Ledger payloads back to turns, opening the sealed fields in one batch (sealer None: not
+    opened, text '' and speaker '', for reads that need ids only). A destroyed key opens to
+    nothing: the turn is being forgotten."""
+    sealed = [d for d in payloads if "sealed" in d]
+    opened = sealer.open_many([(d["tenant_id"], d["conversation_id"], d["event_id"], d["sealed"]) for d in sealed]) if sealer and sealed else []
+    plain = {id(d): p for d, p in zip(sealed, opened)}
+    out = []
+    for d in payloads:
+        if "sealed" in d:  # (a payload written before sealing keeps its fields as they were)
+            got = plain.get(id(d))
+            text, speaker, source_ref = json.loads(got) if got is not None else ("", "", None)
+            d = {**d, "text": text, "speaker": speaker, "source_ref": source_ref}
+        out.append(doc_turn(d))
+    return out
 
 
 class QdrantViewBase:
@@ -215,10 +266,11 @@ class QdrantViewBase:
     backend = "qdrant"
     view: ViewName
 
-    def __init__(self, location: str | QdrantClient, prefix: str, generation: int):
+    def __init__(self, location: str | QdrantClient, prefix: str, generation: int, *, sealer: TextSealer):
         self.location = location
         self.prefix = prefix
         self.generation = generation
+        self.sealer = sealer  # seals the ledger's text (module docstring)
         self.base = generation_name(prefix, self.view, generation)
         self.ledger = f"{self.base}-ledger"
         self._client: QdrantClient | None = None
@@ -295,6 +347,15 @@ class QdrantViewBase:
             if offset is None:
                 return out
 
+    # -- erasure (schemas/ports/views.py) ------------------------------------------------
+    erasure_deferred_seconds = 0.0  # nothing to erase: what a forget removes was never written in the clear
+
+    def erase_pending(self) -> float | None:
+        return None
+
+    def erase_due(self) -> float | None:
+        return None
+
     # -- positions & versions ------------------------------------------------------------
     def positions(self) -> Positions:
         with self._translate("reading positions"):
@@ -319,11 +380,13 @@ class QdrantViewBase:
         return bool(page)
 
     # -- ledger ----------------------------------------------------------------------------
-    def _turns(self, conditions: list) -> list[TurnRow]:
+    def _turns(self, conditions: list, *, opened: bool = True) -> list[TurnRow]:
+        """Ledger turns matching `conditions`; `opened=False` leaves the sealed fields shut
+        (text '' and speaker ''), for reads that need only ids, order and hashes."""
         with self._translate("reading the turn ledger"):
             self._qd()
             points = self._scroll(self.ledger, models.Filter(must=[match("type", "turn"), *conditions]))
-        return [doc_turn(p.payload) for p in points]
+        return open_turns([p.payload for p in points], self.sealer if opened else None)
 
     def find_turns(self, tenant_id: str, conversation_id: str, event_ids: list[str]) -> dict[str, TurnRow]:
         if not event_ids:
@@ -335,23 +398,16 @@ class QdrantViewBase:
         return order_turns(self._turns([match("tenant_id", tenant_id), match("conversation_id", conversation_id), match("session_id", session_id)]))
 
     def turns_in_scope(self, forget: Forget) -> list[TurnRow]:
-        return self._turns(self._ledger_scope(forget))
+        return self._turns(ledger_conditions(forget))
 
     def ledger_dump(self) -> list[dict]:
-        return ledger_dump(self._turns([]))
-
-    @staticmethod
-    def _ledger_scope(forget: Forget) -> list:
-        conditions = scope_conditions(forget)
-        if forget.scope.level == "turn":
-            conditions.append(match("event_id", forget.scope.event_id))
-        return conditions
+        return ledger_dump(self._turns([], opened=False))
 
     # -- ledger writes (call inside _translate) ------------------------------------------
     def _forget_ledger(self, forget: Forget) -> None:
         """Delete the scope's turns from the ledger. Callers delete the view's points first
         (found through these turns), so a forget interrupted half-way can be re-applied."""
-        self._qd().delete(self.ledger, models.FilterSelector(filter=models.Filter(must=[match("type", "turn"), *self._ledger_scope(forget)])), wait=True)
+        self._qd().delete(self.ledger, models.FilterSelector(filter=models.Filter(must=[match("type", "turn"), *ledger_conditions(forget)])), wait=True)
 
     def _delete_turns(self, turn_ids: list[str]) -> set[tuple[str, str]]:
         if not turn_ids:
@@ -363,7 +419,8 @@ class QdrantViewBase:
 
     def _put_turns(self, turns: list[TurnRow]) -> set[tuple[str, str]]:
         if turns:
-            self._qd().upsert(self.ledger, [models.PointStruct(id=point_uuid("turn", t.turn_id), vector={}, payload=turn_doc(t)) for t in turns], wait=True)
+            self._qd().upsert(self.ledger, [models.PointStruct(id=point_uuid("turn", t.turn_id), vector={}, payload=payload)
+                                            for t, payload in zip(turns, seal_turns(turns, self.sealer))], wait=True)
         return {(t.tenant_id, t.conversation_id) for t in turns}
 
     def _commit(self, touched: set[tuple[str, str]], positions: Positions) -> None:

@@ -255,7 +255,7 @@ class Registry:
                 return SqliteVectorStore(d / "vectors.sqlite", generation)
             from infra.vectors.qdrant import QdrantVectorStore
 
-            return QdrantVectorStore(self._qdrant(url), prefix, generation)
+            return QdrantVectorStore(self._qdrant(url), prefix, generation, sealer=self.sealer())
         if view == "graph":
             if scheme == "sqlite":
                 from infra.graph.sqlite import SqliteGraphStore

@@ -5,18 +5,25 @@ Not an adapter itself; `infra/units/sqlite.py`, `infra/vectors/sqlite.py`,
 `infra/graph/sqlite.py` and the tantivy lexical index (which keeps its ledger and positions
 here) build on it. Every change set is applied in one SQLite transaction together with the
 positions, so a view and its position can never disagree.
+
+Erasure at once. Every connection runs with `secure_delete` (SQLite overwrites deleted rows,
+freed pages and overflow chains with zeros), and a change set that forgets or deletes turns
+ends with a WAL checkpoint in TRUNCATE mode, retried while a reader holds the log back: the
+write-ahead log holds page images from before the delete, and truncating it to zero bytes
+removes them. So when `apply` returns, a forgotten turn's text is in no file of the store.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from schemas.errors import StoreError
+from schemas.errors import StoreError, TransientError
 from schemas.ordering import order_turns
 from schemas.ports.views import Boundary, ChangeSet, Forget, Positions, TurnRow, ViewName, once_per_request
 
@@ -41,6 +48,13 @@ _TURN_COLS = (
 )
 
 
+def utc_iso(t: datetime) -> str:
+    """How the ledger stores a time: ISO 8601 in UTC (a naive time is taken as UTC). For UTC
+    times in the events' range these strings sort as the times do ('+' sorts before '.', so a
+    whole second precedes its fractions), which lets `occurred_before` be a string comparison."""
+    return (t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)).isoformat()
+
+
 def row_to_turn(r: tuple) -> TurnRow:
     return TurnRow(
         turn_id=r[0], tenant_id=r[1], conversation_id=r[2], session_id=r[3], event_id=r[4], agent_id=r[5],
@@ -52,12 +66,16 @@ def row_to_turn(r: tuple) -> TurnRow:
 def turn_to_row(t: TurnRow) -> tuple:
     return (
         t.turn_id, t.tenant_id, t.conversation_id, t.session_id, t.event_id, t.agent_id, t.speaker, t.role,
-        t.turn_index, t.occurred_at.isoformat(), t.text, t.source_ref, t.partition, t.offset, t.content_hash,
+        t.turn_index, utc_iso(t.occurred_at), t.text, t.source_ref, t.partition, t.offset, t.content_hash,
     )
 
 
 def forget_where(forget: Forget, prefix: str = "") -> tuple[str, list]:
-    """SQL condition (over tenant_id/conversation_id/session_id columns) for a forget scope."""
+    """SQL condition over the ledger's columns for the turns a forget scope covers — the rule of
+    `ForgetScope.covers`. A scope that is not partial (tenant, conversation, session, without
+    `occurred_before`) needs only tenant_id/conversation_id/session_id, so view tables that
+    carry those columns take the same condition; partial scopes reach view rows through the
+    ledger's turn ids instead (`turns_in_scope`)."""
     s = forget.scope
     cond, args = [f"{prefix}tenant_id=?"], [forget.tenant_id]
     if s.level in ("conversation", "session", "turn"):
@@ -66,7 +84,23 @@ def forget_where(forget: Forget, prefix: str = "") -> tuple[str, list]:
     if s.level == "session":
         cond.append(f"{prefix}session_id=?")
         args.append(s.session_id)
+    if s.level == "turn":
+        cond.append(f"{prefix}event_id=?")
+        args.append(s.event_id)
+    if s.level == "agent":
+        cond.append(f"{prefix}agent_id=?")
+        args.append(s.agent_id)
+    if s.occurred_before is not None:
+        cond.append(f"{prefix}occurred_at<?")
+        args.append(utc_iso(s.occurred_before))
     return " AND ".join(cond), args
+
+
+def erases(change: ChangeSet) -> bool:
+    """Whether a change set removes turn data (a forget or turn deletions), after which the
+    store erases physically. Re-segmentation deletes (a window or episode re-cut) remove no
+    text that is not kept elsewhere, so they do not pay for it."""
+    return bool(change.forgets or change.delete_turns)
 
 
 def boundary_where(b: Boundary, prefix: str = "") -> tuple[str, list]:
@@ -106,6 +140,7 @@ class SqliteViewBase:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")  # WAL+NORMAL: durable at checkpoints; views are rebuildable from the log
             conn.execute("PRAGMA busy_timeout=60000")
+            conn.execute("PRAGMA secure_delete=ON")  # deleted content is overwritten with zeros (module docstring)
             self._local.conn = conn
         return conn
 
@@ -120,6 +155,43 @@ class SqliteViewBase:
             raise
         else:
             c.execute("COMMIT")
+
+    @contextmanager
+    def _change_tx(self, change: ChangeSet) -> Iterator[sqlite3.Connection]:
+        """The transaction of one change set; when it forgets or deletes turns, the WAL is
+        truncated after the commit (module docstring)."""
+        with self._lock:
+            with self._tx() as c:
+                yield c
+            if erases(change):
+                self._truncate_wal(c)
+
+    def _truncate_wal(self, c: sqlite3.Connection, timeout: float = 30.0) -> None:
+        """Checkpoint the WAL into the database and truncate it to zero bytes. A reader (in any
+        process) in the middle of a read transaction holds frames back; the checkpoint is
+        retried until it completes. If it cannot for `timeout` seconds, the change set is
+        committed but its erasure is not: TransientError, so the runner retries the step
+        (re-applying it is harmless) and the checkpoint with it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            busy, _, _ = c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy:
+                return
+            if time.monotonic() > deadline:
+                raise TransientError(f"the {self.view} view {self.path} could not truncate its write-ahead log for {timeout:.0f} s "
+                                     "(a reader holds it): the forget is applied but its deleted text may remain in the -wal file; "
+                                     "the step is retried")
+            time.sleep(0.02)
+
+    # -- erasure (schemas/ports/views.py) ------------------------------------------------
+    erasure_deferred_seconds = 0.0
+
+    def erase_pending(self) -> float | None:
+        """Nothing is ever pending: erasure happens in `apply`."""
+        return None
+
+    def erase_due(self) -> float | None:
+        return None
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -176,10 +248,7 @@ class SqliteViewBase:
 
     def turns_in_scope(self, forget: Forget) -> list[TurnRow]:
         where, args = forget_where(forget)
-        if forget.scope.level == "turn":
-            where += " AND event_id=?"
-            args.append(forget.scope.event_id)
-        rows = self._conn().execute(f"SELECT {_TURN_COLS} FROM turns WHERE {where}", args).fetchall()
+        rows = self._conn().execute(f"SELECT {_TURN_COLS} FROM turns WHERE {where} ORDER BY turn_id", args).fetchall()
         return [row_to_turn(r) for r in rows]
 
     def turns_in_boundary(self, boundary: Boundary) -> list[TurnRow]:
@@ -205,17 +274,16 @@ class SqliteViewBase:
     def _forget(self, c: sqlite3.Connection, forget: Forget) -> set[tuple[str, str]]:
         """Delete the scope's turns from the ledger. Subclasses delete their own rows too."""
         where, args = forget_where(forget)
-        if forget.scope.level == "turn":
-            where += " AND event_id=?"
-            args.append(forget.scope.event_id)
         touched = set(c.execute(f"SELECT DISTINCT tenant_id, conversation_id FROM turns WHERE {where}", args).fetchall())
         c.execute(f"DELETE FROM turns WHERE {where}", args)
         return touched
 
     def ledger_dump(self) -> list[dict]:
+        """The shape of infra/turn_docs.py's ledger_dump: ids, positions and the content hash,
+        not the text (stores that keep it sealed, or not at all, dump the same)."""
         rows = self._conn().execute(f"SELECT {_TURN_COLS} FROM turns ORDER BY turn_id").fetchall()
         return [
-            {"turn_id": r[0], "tenant": r[1], "conversation": r[2], "session": r[3], "event_id": r[4], "text": r[10],
+            {"turn_id": r[0], "tenant": r[1], "conversation": r[2], "session": r[3], "event_id": r[4],
              "partition": r[12], "offset": r[13], "hash": r[14]}
             for r in rows
         ]

@@ -22,8 +22,8 @@ def turn_doc(t: TurnRow) -> dict:
     return {
         "type": "turn", "turn_id": t.turn_id, "tenant_id": t.tenant_id, "conversation_id": t.conversation_id,
         "session_id": t.session_id, "event_id": t.event_id, "agent_id": t.agent_id, "speaker": t.speaker, "role": t.role,
-        "turn_index": t.turn_index, "occurred_at": t.occurred_at.isoformat(), "text": t.text, "source_ref": t.source_ref,
-        "partition": t.partition, "offset": t.offset, "content_hash": t.content_hash,
+        "turn_index": t.turn_index, "occurred_at": t.occurred_at.isoformat(), "occurred_us": micros(t.occurred_at),  # for range filters
+        "text": t.text, "source_ref": t.source_ref, "partition": t.partition, "offset": t.offset, "content_hash": t.content_hash,
     }
 
 
@@ -37,9 +37,11 @@ def doc_turn(d: dict) -> TurnRow:
 
 
 def ledger_dump(turns: list[TurnRow]) -> list[dict]:
-    """The shape of SqliteViewBase.ledger_dump."""
+    """The shape of SqliteViewBase.ledger_dump: ids, log positions and the content hash (which
+    changes with the text), not the text itself — stores that keep it sealed (Qdrant) or not at
+    all (Neo4j) dump the same as the ones that keep it."""
     return [
         {"turn_id": t.turn_id, "tenant": t.tenant_id, "conversation": t.conversation_id, "session": t.session_id,
-         "event_id": t.event_id, "text": t.text, "partition": t.partition, "offset": t.offset, "hash": t.content_hash}
+         "event_id": t.event_id, "partition": t.partition, "offset": t.offset, "hash": t.content_hash}
         for t in sorted(turns, key=lambda t: t.turn_id)
     ]

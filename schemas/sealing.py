@@ -112,6 +112,10 @@ class TextSealer(Protocol):
 
     def seal(self, tenant_id: str, conversation_id: str, event_id: str, text: str) -> str: ...
 
+    def seal_many(self, items: Iterable[tuple[str, str, str, str]]) -> list[str]:
+        """(tenant, conversation, event_id, text) -> tokens, with one key store round trip."""
+        ...
+
     def open_many(self, items: Iterable[tuple[str, str, str, str]]) -> list[str | None]:
         """(tenant, conversation, event_id, token) -> the text, or None when the key is destroyed."""
         ...
@@ -125,13 +129,20 @@ class KeyStoreSealer:
         self.keystore = keystore
 
     def seal(self, tenant_id: str, conversation_id: str, event_id: str, text: str) -> str:
+        return self.seal_many([(tenant_id, conversation_id, event_id, text)])[0]
+
+    def seal_many(self, items: Iterable[tuple[str, str, str, str]]) -> list[str]:
         from schemas.ports.keystore import DataKey, key_id
 
-        kid = key_id(tenant_id, conversation_id, event_id)
-        held = self.keystore.put([DataKey(kid, tenant_id, conversation_id, event_id, new_secret())]).get(kid)
-        if held is None:
-            raise InvalidEvent(f"event {event_id!r} of conversation {conversation_id!r} was forgotten: its data key is destroyed")
-        return seal_field(text, held.secret, kid)
+        items = list(items)
+        kids = [key_id(t, c, e) for t, c, e, _ in items]
+        held = self.keystore.put([DataKey(kid, t, c, e, new_secret()) for kid, (t, c, e, _) in zip(kids, items)]) if items else {}
+        out = []
+        for kid, (_, conversation_id, event_id, text) in zip(kids, items):
+            if kid not in held:
+                raise InvalidEvent(f"event {event_id!r} of conversation {conversation_id!r} was forgotten: its data key is destroyed")
+            out.append(seal_field(text, held[kid].secret, kid))
+        return out
 
     def open_many(self, items: Iterable[tuple[str, str, str, str]]) -> list[str | None]:
         from schemas.ports.keystore import key_id

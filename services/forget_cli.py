@@ -23,7 +23,7 @@ def register(sub) -> None:
     s.add_argument("--turn", metavar="EVENT_ID", help="one turn: with --conversation")
     s.add_argument("--agent", help="everything this agent said in the tenant")
     s.add_argument("--before", help="only turns that happened before this ISO time (e.g. 2025-01-01T00:00:00Z)")
-    s.add_argument("--reason", help="kept in the audit trail")
+    s.add_argument("--reason", help="kept with the request on the log (the audit trail, `memstream audit`, keeps who, scope and times, never free text)")
     s.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help="return once the forget is complete (0: do not wait)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_forget)

@@ -5,15 +5,22 @@ Data model (one Neo4j database; every memstream node carries the generation `gen
 builds generation N+1 beside N and every query filters on it):
 
     (:Context {gen, turn_id, tenant_id, conversation_id, session_id, event_id, agent_id,
-               speaker, role, turn_index, occurred_at: DateTime, text, source_ref,
-               partition, offset, content_hash})          one per turn: graph node + turn ledger
-    (:Entity {gen, entity_id, tenant_id, name, label, vector: [float]})
+               role, turn_index, occurred_at: DateTime, partition, offset, content_hash})
+                                                          one per turn: graph node + turn ledger
+    (:Entity {gen, entity_id, tenant_id, label, vector: [float]})
                                                           no `vector` on keyword entities
     (:Context)-[:MENTIONS {count, weight, kind}]->(:Entity)     eq. 4 weight; kind ner|speaker|keyword|value
     (:Context)-[:NEXT {session_id}]->(:Context)                 adjacency, replaced per session
     (:Context)-[:HAS_SENTENCE]->(:Sentence {gen, sentence_id, context_id, idx, start, end, entity_ids})
     (:MemstreamPosition {view: 'graph', gen, partition, next_offset})
     (:MemstreamVersion {view: 'graph', gen, tenant_id, conversation_id, version})
+
+No plaintext. Neo4j keeps a deleted record's bytes in its store files (until the record is
+reused) and in its transaction logs (until they rotate out), so nothing a forget must erase is
+ever written here: a context carries no text, speaker or source_ref (the projection never reads
+a stored turn's text: schemas/ports/graph.py) and an entity no name (its id is a digest of
+tenant and normalised name, which is how the query side finds it: reads return ids). What is
+left are ids, times, labels, eq. 4 weights, sentence spans and the entities' name vectors.
 
 Uniqueness constraints on (gen, turn_id), (gen, entity_id), (gen, sentence_id) and on the
 position/version keys back every MERGE; composite indexes on (gen, tenant_id[, conversation_id])
@@ -81,6 +88,7 @@ import numpy as np
 from neo4j import exceptions as neo_exc
 
 from infra.neo4j_base import connect, drop_generation_data, ensure_schema, projection_prefix, props_to_turn, translated, turn_props, utc
+from infra.turn_docs import ledger_dump
 from schemas.errors import MemstreamError, StoreError
 from schemas.ordering import order_turns
 from schemas.ports.graph import EntityMatch, GraphChangeSet, SentenceIncidence
@@ -138,6 +146,7 @@ def _scope(b: Boundary, var: str = "c") -> tuple[str, dict]:
 
 
 def _forget_scope(forget: Forget) -> tuple[str, dict]:
+    """Cypher condition on a Context `c` for the turns a forget covers (ForgetScope.covers)."""
     s = forget.scope
     cond, params = ["c.gen = $gen", "c.tenant_id = $tenant"], {"tenant": forget.tenant_id}
     if s.level in ("conversation", "session", "turn"):
@@ -149,12 +158,25 @@ def _forget_scope(forget: Forget) -> tuple[str, dict]:
     if s.level == "turn":
         cond.append("c.event_id = $event")
         params["event"] = s.event_id
+    if s.level == "agent":
+        cond.append("c.agent_id = $agent")
+        params["agent"] = s.agent_id
+    if s.occurred_before is not None:
+        cond.append("c.occurred_at < $before")
+        params["before"] = utc(s.occurred_before)
     return " AND ".join(cond), params
 
 
 class Neo4jGraphStore:
     backend = "neo4j"
     view = VIEW
+    erasure_deferred_seconds = 0.0  # nothing to erase: what a forget removes was never written (module docstring)
+
+    def erase_pending(self) -> float | None:
+        return None
+
+    def erase_due(self) -> float | None:
+        return None
 
     def __init__(self, uri: str, generation: int, *, auth: tuple[str, str] | None = None, database: str | None = None,
                  max_projections: int = 8, **driver_config):
@@ -223,12 +245,13 @@ class Neo4jGraphStore:
         for chunk in _chunks([turn_props(t) for t in change.put_turns]):
             tx.run("UNWIND $rows AS r MERGE (c:Context {gen: $gen, turn_id: r.turn_id}) SET c += r", rows=chunk, gen=gen).consume()
         touched |= {(t.tenant_id, t.conversation_id) for t in change.put_turns}
-        entities = [{"entity_id": e.entity_id, "tenant_id": e.tenant_id, "name": e.name, "label": e.label,
+        # No name (module docstring): the id stands for it.
+        entities = [{"entity_id": e.entity_id, "tenant_id": e.tenant_id, "label": e.label,
                      "vector": [float(x) for x in np.asarray(e.vector, np.float32).ravel()] or None} for e in change.entities]
         for chunk in _chunks(entities):
             # Existing entities are kept as they are (the embedded twin's INSERT OR IGNORE).
             tx.run("UNWIND $rows AS r MERGE (e:Entity {gen: $gen, entity_id: r.entity_id}) "
-                   "ON CREATE SET e.tenant_id = r.tenant_id, e.name = r.name, e.label = r.label, e.vector = r.vector",
+                   "ON CREATE SET e.tenant_id = r.tenant_id, e.label = r.label, e.vector = r.vector",
                    rows=chunk, gen=gen).consume()
         mentions = [{"c": m.context_id, "e": m.entity_id, "count": m.count, "weight": float(m.weight), "kind": m.kind} for m in change.mentions]
         written = 0
@@ -573,7 +596,7 @@ class Neo4jGraphStore:
     def canonical_dump(self) -> dict:
         turns = sorted(self._turns("dumping the turn ledger", "c.gen = $gen"), key=lambda t: t.turn_id)
         entities = self._query("dumping entities", "MATCH (e:Entity {gen: $gen}) RETURN e.entity_id AS id, e.tenant_id AS tenant, "
-                               "e.name AS name, e.label AS label, e.vector AS vector ORDER BY id")
+                               "e.label AS label, e.vector AS vector ORDER BY id")
         mentions = self._query("dumping mentions", "MATCH (c:Context {gen: $gen})-[m:MENTIONS]->(e:Entity) "
                                "RETURN c.turn_id AS c, e.entity_id AS e, m.count AS n, m.weight AS w, m.kind AS kind ORDER BY c, e")
         sentences = self._query("dumping sentences", "MATCH (s:Sentence {gen: $gen}) RETURN properties(s) AS p ORDER BY s.sentence_id")
@@ -581,10 +604,8 @@ class Neo4jGraphStore:
                                 "RETURN a.turn_id AS a, b.turn_id AS b, n.session_id AS s ORDER BY a, b")
         return {
             "view": self.view,
-            "turns": [{"turn_id": t.turn_id, "tenant": t.tenant_id, "conversation": t.conversation_id, "session": t.session_id,
-                       "event_id": t.event_id, "text": t.text, "partition": t.partition, "offset": t.offset, "hash": t.content_hash}
-                      for t in turns],
-            "entities": [{"id": r["id"], "tenant": r["tenant"], "name": r["name"], "label": r["label"],
+            "turns": ledger_dump(turns),
+            "entities": [{"id": r["id"], "tenant": r["tenant"], "label": r["label"],
                           "vector": np.asarray(r["vector"] or [], np.float32).tolist()} for r in entities],
             "mentions": [[r["c"], r["e"], r["n"], round(r["w"], 9), r["kind"]] for r in mentions],
             "sentences": [[p["sentence_id"], p["context_id"], p["idx"], p["start"], p["end"], json.dumps(list(p["entity_ids"]))]

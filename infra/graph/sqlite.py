@@ -78,7 +78,7 @@ class SqliteGraphStore(SqliteViewBase):
 
     # -- writes --------------------------------------------------------------------------
     def apply(self, change: GraphChangeSet, positions: Positions) -> None:
-        with self._lock, self._tx() as c:
+        with self._change_tx(change) as c:
             touched = self._apply_ledger(c, change)
             c.executemany(
                 "INSERT OR IGNORE INTO entities VALUES (?,?,?,?,?)",
@@ -103,12 +103,12 @@ class SqliteGraphStore(SqliteViewBase):
             self._bump(c, touched)
 
     def _forget(self, c, forget: Forget):
-        if forget.scope.level == "turn":
-            ids = [t.turn_id for t in self.turns_in_scope(forget)]
-            for tid in ids:
-                c.execute("DELETE FROM mentions WHERE context_id=?", (tid,))
-                c.execute("DELETE FROM sentences WHERE context_id=?", (tid,))
-                c.execute("DELETE FROM adjacency WHERE source=? OR target=?", (tid, tid))
+        if forget.scope.partial:  # the turns' own rows; the projection recomputes their sessions' adjacency
+            for chunk in _chunks([t.turn_id for t in self.turns_in_scope(forget)], 400):
+                marks = ",".join("?" * len(chunk))
+                c.execute(f"DELETE FROM mentions WHERE context_id IN ({marks})", chunk)
+                c.execute(f"DELETE FROM sentences WHERE context_id IN ({marks})", chunk)
+                c.execute(f"DELETE FROM adjacency WHERE source IN ({marks}) OR target IN ({marks})", chunk + chunk)
         else:
             where, args = forget_where(forget)
             for table in ("mentions", "sentences", "adjacency"):
@@ -306,9 +306,9 @@ class SqliteGraphStore(SqliteViewBase):
         return {
             "view": self.view,
             "turns": self.ledger_dump(),
-            "entities": [
-                {"id": e, "tenant": t, "name": n, "label": l, "vector": np.frombuffer(v, dtype=np.float32).tolist()}
-                for e, t, n, l, v in conn.execute("SELECT entity_id, tenant_id, name, label, vector FROM entities ORDER BY entity_id")
+            "entities": [  # no names: a graph store that cannot erase keeps none (the id is a digest of it)
+                {"id": e, "tenant": t, "label": l, "vector": np.frombuffer(v, dtype=np.float32).tolist()}
+                for e, t, l, v in conn.execute("SELECT entity_id, tenant_id, label, vector FROM entities ORDER BY entity_id")
             ],
             "mentions": [list(r) for r in conn.execute(
                 "SELECT context_id, entity_id, count, round(weight, 9), kind FROM mentions ORDER BY context_id, entity_id")],

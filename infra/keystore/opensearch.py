@@ -9,8 +9,9 @@ which is what "first wins" needs); a destroyed key's document is overwritten by 
 Erasure: OpenSearch keeps a deleted or overwritten document's old version (soft delete) until
 the shard's peer-recovery retention lease has moved past it — OpenSearch advances that lease on
 its own about every 30 s, not configurable — and then only a merge removes it. So a destroy
-records what it overwrote, and a background thread runs `_forcemerge?only_expunge_deletes=true`
-and a flush once the lease has passed it: the secrets' bytes leave the data directory within
+records what it overwrote, and a background thread runs `_forcemerge?only_expunge_deletes=true`,
+a refresh (the old segment's files go when no reader holds them) and a flush once the lease has
+passed it: the secrets' bytes leave the data directory within
 `erasure_deferred_seconds` (measured ~30–40 s). The index allows it: expunge considers every
 segment with a deleted document (`index.merge.policy.expunge_deletes_allowed: 0`).
 """
@@ -162,6 +163,9 @@ class OpenSearchKeyStore:
                 if self._lease(target):
                     client = self._os()
                     client.indices.forcemerge(index=self.index, only_expunge_deletes=True)
+                    # The merged-away segment's files are deleted only once no reader holds them:
+                    # refresh (a search-idle shard skips its scheduled refreshes), then commit.
+                    client.indices.refresh(index=self.index)
                     client.indices.flush(index=self.index, force=True)
                     with self._cond:
                         if self._pending_seq == target:

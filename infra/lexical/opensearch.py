@@ -74,13 +74,13 @@ class OpenSearchLexicalIndex(OpenSearchViewBase):
             self._bulk([{"_op_type": "delete", "_index": self.index, "_id": uid} for uid in deletes]
                        + [{"_op_type": "index", "_index": self.index, "_id": d.unit_id, "_source": _document(d)} for d in change.upsert_docs],
                        "writing lexical documents")
-            self._commit(touched, positions)
+            self._commit(touched, positions, change)
 
     def _forget_docs(self, forget: Forget) -> None:
-        if forget.scope.level == "turn":
-            # The turn's own document; its windows/episodes are recomputed by the projection.
+        if forget.scope.partial:
+            # The turns' own documents; their sessions' windows/episodes are recomputed by the projection.
             ids = [t.turn_id for t in self.turns_in_scope(forget)]
-            self._bulk([{"_op_type": "delete", "_index": self.index, "_id": uid} for uid in ids], "forgetting a turn")
+            self._bulk([{"_op_type": "delete", "_index": self.index, "_id": uid} for uid in ids], "forgetting turns")
             return
         self._os().delete_by_query(index=self.index, body={"query": {"bool": {"filter": scope_filters(forget)}}}, refresh=True, conflicts="proceed")
 

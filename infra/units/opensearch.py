@@ -51,10 +51,10 @@ class OpenSearchUnitStore(OpenSearchViewBase):
             self._bulk([{"_op_type": "delete", "_index": self.index, "_id": uid} for uid in deletes]
                        + [{"_op_type": "index", "_index": self.index, "_id": u.unit_id, "_source": _document(u)} for u in change.upsert_units],
                        "writing units")
-            self._commit(touched, positions)
+            self._commit(touched, positions, change)
 
     def _forget_units(self, forget: Forget) -> None:
-        if forget.scope.level == "turn":  # a single turn is handled by the projection's recompute
+        if forget.scope.partial:  # a partial scope's sessions survive: the projection recomputes their units
             return
         self._os().delete_by_query(index=self.index, body={"query": {"bool": {"filter": scope_filters(forget)}}}, refresh=True, conflicts="proceed")
 

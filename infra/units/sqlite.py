@@ -23,7 +23,7 @@ class SqliteUnitStore(SqliteViewBase):
     extra_schema = _SCHEMA
 
     def apply(self, change: UnitChangeSet, positions: Positions) -> None:
-        with self._lock, self._tx() as c:
+        with self._change_tx(change) as c:
             touched = self._apply_ledger(c, change)
             for chunk in _chunks(change.delete_units, 500):
                 c.execute(f"DELETE FROM units WHERE unit_id IN ({','.join('?' * len(chunk))})", chunk)
@@ -44,7 +44,7 @@ class SqliteUnitStore(SqliteViewBase):
 
     def _forget(self, c, forget: Forget):
         touched = super()._forget(c, forget)
-        if forget.scope.level != "turn":  # a single turn is handled by the projection's recompute
+        if not forget.scope.partial:  # a partial scope's sessions survive: the projection recomputes their units
             where, args = forget_where(forget)
             c.execute(f"DELETE FROM units WHERE {where}", args)
         return touched

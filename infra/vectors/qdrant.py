@@ -3,7 +3,8 @@
 One generation is five collections (naming, ids, write order and visibility in
 infra/qdrant_base.py): `<prefix>-dense-g<N>-{turn,window,episode,sentence}` with cosine
 distance, created on the first upsert (their dimension is the first vector's), and
-`<prefix>-dense-g<N>-ledger`, points without vectors holding the turn ledger, the pooling
+`<prefix>-dense-g<N>-ledger`, points without vectors holding the turn ledger (its text sealed
+with each turn's data key: infra/qdrant_base.py), the pooling
 state (float32 bytes, base64: exact, and the mean is unnormalised, which a cosine collection
 would normalise), the conversation versions and the positions.
 
@@ -23,10 +24,11 @@ from collections import defaultdict
 import numpy as np
 from qdrant_client import QdrantClient, models
 
-from infra.qdrant_base import QdrantViewBase, boundary_filter, is_local, match, match_any, point_uuid, scope_conditions
+from infra.qdrant_base import QdrantViewBase, boundary_filter, is_local, ledger_conditions, match, match_any, point_uuid, scope_conditions
 from infra.turn_docs import micros
 from schemas.ports.vectors import COLLECTIONS, Collection, TurnPooling, VectorChangeSet, VectorPoint
 from schemas.ports.views import Boundary, Forget, Hit, Positions, TurnRow
+from schemas.sealing import TextSealer
 from schemas.units import unit_key
 
 _BATCH = 256
@@ -53,8 +55,8 @@ def _pooling_point(p: TurnPooling) -> models.PointStruct:
 class QdrantVectorStore(QdrantViewBase):
     view = "dense"
 
-    def __init__(self, location: str | QdrantClient, prefix: str, generation: int, *, exact: bool = True):
-        super().__init__(location, prefix, generation)
+    def __init__(self, location: str | QdrantClient, prefix: str, generation: int, *, sealer: TextSealer, exact: bool = True):
+        super().__init__(location, prefix, generation, sealer=sealer)
         self.exact = exact
 
     def _name(self, collection: Collection) -> str:
@@ -74,7 +76,7 @@ class QdrantVectorStore(QdrantViewBase):
             client = self._qd()
             touched: set[tuple[str, str]] = set()
             for forget in change.forgets:
-                turns = self.turns_in_scope(forget)
+                turns = self._turns(ledger_conditions(forget), opened=False)  # ids are enough
                 self._forget_points(forget, turns)  # points first: they are found through the ledger
                 self._forget_ledger(forget)
                 touched.update((t.tenant_id, t.conversation_id) for t in turns)
@@ -113,8 +115,8 @@ class QdrantVectorStore(QdrantViewBase):
         client = self._connection()
         if turns:
             client.delete(self.ledger, models.PointIdsList(points=[point_uuid("pooling", t.turn_id) for t in turns]), wait=True)
-        if forget.scope.level == "turn":
-            # The turn's own points; the projection recomputes the session's windows/episodes.
+        if forget.scope.partial:
+            # The turns' own points; the projection recomputes their sessions' windows/episodes.
             if not turns:
                 return
             flt = models.Filter(must=[match("tenant_id", forget.tenant_id), match_any("owner_id", [t.turn_id for t in turns])])

@@ -62,7 +62,7 @@ class SqliteVectorStore(SqliteViewBase):
 
     # -- writes --------------------------------------------------------------------------
     def apply(self, change: VectorChangeSet, positions: Positions) -> None:
-        with self._lock, self._tx() as c:
+        with self._change_tx(change) as c:
             touched = self._apply_ledger(c, change)
             if change.delete_turns:
                 for chunk in _chunks(change.delete_turns, 500):
@@ -89,10 +89,12 @@ class SqliteVectorStore(SqliteViewBase):
     def _forget(self, c, forget: Forget):
         turns = self.turns_in_scope(forget)
         touched = super()._forget(c, forget)
-        if forget.scope.level == "turn":
-            for t in turns:  # the projection recomputes the session's windows/episodes
-                c.execute("DELETE FROM pooling WHERE turn_id=?", (t.turn_id,))
-                c.execute("DELETE FROM points WHERE owner_id=? AND collection IN ('turn','sentence')", (t.turn_id,))
+        if forget.scope.partial:
+            # The turns' own points; the projection recomputes their sessions' windows/episodes.
+            for chunk in _chunks([t.turn_id for t in turns], 500):
+                marks = ",".join("?" * len(chunk))
+                c.execute(f"DELETE FROM pooling WHERE turn_id IN ({marks})", chunk)
+                c.execute(f"DELETE FROM points WHERE owner_id IN ({marks}) AND collection IN ('turn','sentence')", chunk)
         else:
             where, args = forget_where(forget)
             c.execute("DELETE FROM pooling WHERE turn_id IN (SELECT turn_id FROM pooling EXCEPT SELECT turn_id FROM turns)")

@@ -11,7 +11,11 @@ by the engine (scipy embedded, Neo4j GDS at scale).
 
 Reads speak entity ids, never names: an entity's id is a digest of its tenant and normalised
 name (schemas.units.entity_id), so the query side finds a name it has by computing its id, and
-a store that cannot erase what it once wrote (Neo4j) needs to keep no name at all.
+a store that cannot erase what it once wrote (Neo4j) needs to keep no name at all. Likewise the
+graph view's turn ledger need not keep a turn's text, speaker or source_ref: the projection
+analyses new turns from the batch and reads stored turns only for their ids, order and hash,
+so such a store returns them with text '' and speaker '' (the embedded store keeps them, and
+entity names, for `memstream inspect`: SQLite erases physically).
 """
 
 from __future__ import annotations

@@ -12,7 +12,13 @@ Every view store:
   change set after a crash is harmless. The commit order is always: write the view, then the
   positions, then (runner) commit the consumer group. That order *is* the delivery guarantee:
   at-least-once delivery made idempotent by ids, i.e. effectively once.
-- is tenant-scoped on every read: a `Boundary` always names the tenant.
+- is tenant-scoped on every read: a `Boundary` always names the tenant;
+- **forgets to the byte**: a forget removes every turn `ForgetScope.covers` from the view's
+  reads, and physically from its files — at once where the engine allows it (SQLite with
+  secure_delete and a truncated WAL; tantivy by rebuilding its index), deferred with a bound
+  where erasure must wait (OpenSearch: `erase_pending`/`erase_due`), and where an engine keeps
+  whatever it was once given (Qdrant's write-ahead log, Neo4j's store files) by never giving it
+  plaintext at all (sealed with the turn's data key, or not stored).
 """
 
 from __future__ import annotations
@@ -179,6 +185,21 @@ class ViewStore(TurnLedger, Protocol):
 
     def canonical_dump(self) -> dict:
         """A deterministic, JSON-able dump of the whole view, for replay-equality tests."""
+        ...
+
+    # Physical erasure. `erasure_deferred_seconds` is the store's bound (0: a forget's bytes are
+    # gone from its files when `apply` returns). A store that must defer keeps what is pending
+    # durably; the runner calls `erase_due()` when `erase_pending()` says it is due, e.g. when idle.
+    erasure_deferred_seconds: float
+
+    def erase_pending(self) -> float | None:
+        """None when every forget applied so far is erased from the store's files; else the
+        seconds until `erase_due()` can make progress (0: now). Also what status shows."""
+        ...
+
+    def erase_due(self) -> float | None:
+        """Erase what is due (nothing where erasure happens in `apply`); returns
+        `erase_pending()` afterwards."""
         ...
 
     def close(self) -> None: ...

@@ -27,6 +27,15 @@ def units(rows: list[TurnRow]):
     return session_units(rows, POLICY)
 
 
+def sealer(directory):
+    """A TextSealer over an embedded data key store in `directory`: what the registry gives the
+    stores that keep no plaintext (Qdrant)."""
+    from infra.keystore.sqlite import SqliteKeyStore
+    from schemas.sealing import KeyStoreSealer
+
+    return KeyStoreSealer(SqliteKeyStore(directory / "keys.sqlite"))
+
+
 def unit_vector(seed: int, dim: int = 16) -> np.ndarray:
     v = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
     return v / np.linalg.norm(v)

@@ -11,7 +11,10 @@ import pytest
 from schemas.events import ForgetScope
 from schemas.ports.graph import AdjacencyEdge, EntityNode, GraphChangeSet, Mention, SentenceNode
 from schemas.ports.views import Boundary, Forget
+from schemas.ordering import order_turns
+from schemas.text import normalize_entity
 from schemas.units import entity_id
+from tests.contracts import forgetting
 from tests.contracts.builders import check_versions_pinned_by_read_scope, row, unit_vector
 
 pytestmark = pytest.mark.contract
@@ -45,6 +48,8 @@ def _neo4j(request, tmp_path):
 
 ADAPTERS = {"sqlite": _sqlite, "neo4j": _neo4j}
 NEEDS_SERVER = {"neo4j"}
+SERVER_DATA = {"neo4j": "neo4j"}  # adapter -> test server whose files a byte scan reads
+KEEPS_PLAINTEXT = {"sqlite"}  # Neo4j keeps no text, speaker or entity name
 
 
 @pytest.fixture(params=[pytest.param(name, marks=pytest.mark.integration) if name in NEEDS_SERVER else name for name in sorted(ADAPTERS)])
@@ -154,3 +159,65 @@ def test_forget_turn_and_conversation(store):
 def test_versions_change_on_write_and_hold_within_a_read_scope(store):
     build(store)
     check_versions_pinned_by_read_scope(store, lambda: store.apply(GraphChangeSet(put_turns=[row(90, "late turn")]), {0: 99}))
+
+
+# -- forgetting -------------------------------------------------------------------------------
+def _turn_entities(t) -> list[tuple[str, str, str]]:
+    """(name, label, kind) a turn mentions, as NER, the speaker rule and keyword nodes would
+    give them: its speaker, its `topicN` words (named), its canary words (keywords)."""
+    words = [w.strip(".,:") for w in t.text.split()]
+    return ([(normalize_entity(t.speaker), "SPEAKER", "speaker")] + [(w, "EVENT", "ner") for w in words if w.startswith("topic")]
+            + [("kw:" + w, "KEYWORD", "keyword") for w in words if w.endswith("canary")])
+
+
+def _session_change(change: GraphChangeSet, key, before, after, added) -> None:
+    """The graph projection's rule: a new turn's entities, mentions (eq. 4) and sentence; the
+    session's adjacency replaced from the turns left."""
+    tenant, conv, session = key
+    ordered = order_turns(after)
+    change.adjacency[key] = [AdjacencyEdge(a.turn_id, b.turn_id, tenant, conv, session) for a, b in zip(ordered, ordered[1:])]
+    for t in added:
+        found = _turn_entities(t)
+        for name, label, kind in found:
+            change.entities.append(EntityNode(entity_id(tenant, name), tenant, name, label,
+                                              np.zeros(0, np.float32) if kind == "keyword" else vec(name)))
+            change.mentions.append(Mention(entity_id(tenant, name), t.turn_id, 1, 1 / len(found), kind))
+        change.sentences.append(SentenceNode(f"{t.turn_id}.s0", t.turn_id, 0, 0, len(t.text), tuple(entity_id(tenant, n) for n, _, _ in found)))
+
+
+MODEL = forgetting.Model(GraphChangeSet, _session_change)
+
+
+def _reference(request, tmp_path):
+    def make():
+        ref = ADAPTERS[request.node.callspec.params["store"]](request, tmp_path / "ref")
+        request.addfinalizer(ref.close)
+        return ref
+
+    return make
+
+
+@pytest.mark.parametrize("scope", sorted(forgetting.SCOPES))
+def test_forget_removes_exactly_what_the_scope_covers(store, request, tmp_path, scope):
+    forgetting.check_scope(store, _reference(request, tmp_path), MODEL, scope)  # the dump's entities: orphans dropped too
+
+
+def test_forget_erases_every_byte_of_the_forgotten_turns(store, request, tmp_path):
+    name = request.node.callspec.params["store"]
+    root = forgetting.data_dir(SERVER_DATA[name]) if name in SERVER_DATA else tmp_path
+    if name in KEEPS_PLAINTEXT:
+        got = forgetting.check_canary(store, root, _reference(request, tmp_path), MODEL, keeps_plaintext=True)
+        print(f"graph/{name}: canaries seen before in {got['seen_before']}; erased after {got['erasure_seconds']:.1f} s")
+        return
+
+    def probe(token: str) -> None:  # a plain property of the length of a turn's text (a short one Neo4j would pack into 6-bit codes)
+        store._query("writing a probe", "CREATE (:MemstreamProbe {gen: $gen, text: $text})",
+                     text=f"A probe of what Neo4j keeps in its files: {token} in plain text, long enough for the string store.")
+        request.addfinalizer(lambda: store._query("deleting the probe", "MATCH (p:MemstreamProbe {gen: $gen}) DELETE p"))
+
+    def ledger_has_no_text(rows, turn_scope) -> None:
+        assert {(t.text, t.speaker, t.source_ref) for r in rows for t in store.session_turns(*r.session_key)} == {("", "", None)}
+
+    got = forgetting.check_canary(store, root, _reference(request, tmp_path), MODEL, keeps_plaintext=False, probe=probe,
+                                  between=ledger_has_no_text)
+    print(f"graph/{name}: no plaintext ever; erased after {got['erasure_seconds']:.1f} s")

@@ -9,6 +9,8 @@ import pytest
 from schemas.events import ForgetScope
 from schemas.ports.unit_store import UnitChangeSet
 from schemas.ports.views import Boundary, Forget
+from streams.segmentation import diff_units
+from tests.contracts import forgetting
 from tests.contracts.builders import check_versions_pinned_by_read_scope, row, units
 
 pytestmark = pytest.mark.contract
@@ -31,6 +33,7 @@ def _opensearch(request, tmp_path):
 
 ADAPTERS = {"sqlite": _sqlite, "opensearch": _opensearch}
 NEEDS_SERVER = {"opensearch"}
+SERVER_DATA = {"opensearch": "opensearch"}  # adapter -> test server whose files a byte scan reads
 
 
 @pytest.fixture(params=[pytest.param(name, marks=pytest.mark.integration) if name in NEEDS_SERVER else name for name in sorted(ADAPTERS)])
@@ -116,3 +119,36 @@ def test_upsert_replaces_and_delete_removes(store):
 def test_versions_change_on_write_and_hold_within_a_read_scope(store):
     _put(store, [row(0, "a")], {0: 1})
     check_versions_pinned_by_read_scope(store, lambda: _put(store, [row(1, "b")], {0: 2}))
+
+
+# -- forgetting -------------------------------------------------------------------------------
+def _session_change(change: UnitChangeSet, key, before, after, added) -> None:
+    """The hierarchy projection's rule: a session's units move from `before` to `after`."""
+    upserts, deletes = diff_units(units(before), units(after))
+    change.upsert_units.extend(upserts)
+    change.delete_units.extend(deletes)
+
+
+MODEL = forgetting.Model(UnitChangeSet, _session_change)
+
+
+def _reference(request, tmp_path):
+    """A second store of the same adapter, in its own namespace."""
+    def make():
+        ref = ADAPTERS[request.node.callspec.params["store"]](request, tmp_path / "ref")
+        request.addfinalizer(ref.close)
+        return ref
+
+    return make
+
+
+@pytest.mark.parametrize("scope", sorted(forgetting.SCOPES))
+def test_forget_removes_exactly_what_the_scope_covers(store, request, tmp_path, scope):
+    forgetting.check_scope(store, _reference(request, tmp_path), MODEL, scope)
+
+
+def test_forget_erases_every_byte_of_the_forgotten_turns(store, request, tmp_path):
+    name = request.node.callspec.params["store"]
+    root = forgetting.data_dir(SERVER_DATA[name]) if name in SERVER_DATA else tmp_path
+    got = forgetting.check_canary(store, root, _reference(request, tmp_path), MODEL, keeps_plaintext=True)
+    print(f"hierarchy/{name}: canaries seen before in {got['seen_before']}; erased after {got['erasure_seconds']:.1f} s")

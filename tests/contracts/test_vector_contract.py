@@ -11,7 +11,10 @@ import pytest
 from schemas.events import ForgetScope
 from schemas.ports.vectors import TurnPooling, VectorChangeSet, VectorPoint
 from schemas.ports.views import Boundary, Forget
-from tests.contracts.builders import T0, check_versions_pinned_by_read_scope, row, unit_vector
+from schemas.units import sentence_id
+from streams.segmentation import diff_units
+from tests.contracts import forgetting
+from tests.contracts.builders import T0, check_versions_pinned_by_read_scope, row, sealer, unit_vector, units
 
 pytestmark = pytest.mark.contract
 
@@ -27,7 +30,7 @@ def _qdrant_local(request, tmp_path):
 
     # qdrant-client's local mode: the same client API in-process, on disk in the test's own
     # directory (the `qdrant+local://` option); the prefix keeps collection names unique anyway.
-    return QdrantVectorStore(str(tmp_path / "qdrant"), f"contract-{uuid.uuid4().hex[:10]}", 1)
+    return QdrantVectorStore(str(tmp_path / "qdrant"), f"contract-{uuid.uuid4().hex[:10]}", 1, sealer=sealer(tmp_path))
 
 
 def _qdrant_server(request, tmp_path, *, grpc: bool):
@@ -37,7 +40,7 @@ def _qdrant_server(request, tmp_path, *, grpc: bool):
     # The real server, shared by the session: a fresh prefix per test, its collections deleted after.
     client, prefix = qdrant_test_client(request.getfixturevalue("qdrant_url"), grpc=grpc), f"contract-{uuid.uuid4().hex[:10]}"
     request.addfinalizer(lambda: drop_qdrant_prefix(request.getfixturevalue("qdrant_url"), prefix))
-    return QdrantVectorStore(client, prefix, 1)
+    return QdrantVectorStore(client, prefix, 1, sealer=sealer(tmp_path))
 
 
 ADAPTERS = {
@@ -45,6 +48,8 @@ ADAPTERS = {
     "qdrant-server-grpc": lambda r, t: _qdrant_server(r, t, grpc=True), "qdrant-server-rest": lambda r, t: _qdrant_server(r, t, grpc=False),
 }
 NEEDS_SERVER = {"qdrant-server-grpc", "qdrant-server-rest"}
+SERVER_DATA = {"qdrant-server-grpc": "qdrant", "qdrant-server-rest": "qdrant"}  # adapter -> test server whose files a byte scan reads
+KEEPS_PLAINTEXT = {"sqlite"}  # the Qdrant adapters keep none (the ledger's text is sealed)
 
 
 @pytest.fixture(params=[pytest.param(name, marks=pytest.mark.integration) if name in NEEDS_SERVER else name for name in sorted(ADAPTERS)])
@@ -110,3 +115,94 @@ def test_upsert_delete_pooling_and_forget(store):
 def test_versions_change_on_write_and_hold_within_a_read_scope(store):
     store.apply(VectorChangeSet(upsert_points=[point("p0", unit_vector(0))]), {0: 1})
     check_versions_pinned_by_read_scope(store, lambda: store.apply(VectorChangeSet(upsert_points=[point("p1", unit_vector(1))]), {0: 2}))
+
+
+# -- forgetting -------------------------------------------------------------------------------
+def _vec(name: str) -> np.ndarray:
+    return unit_vector(int.from_bytes(name.encode()[-6:], "big") % 100_000)
+
+
+def _unit_point(collection, point_id, members, owner) -> VectorPoint:
+    v = np.mean([_vec(m.turn_id) for m in members], axis=0)
+    return VectorPoint(collection, point_id, (v / np.linalg.norm(v)).astype(np.float32), members[0].tenant_id, members[0].conversation_id,
+                       members[0].session_id, tuple(sorted({m.agent_id for m in members})), min(m.occurred_at for m in members),
+                       max(m.occurred_at for m in members), owner)
+
+
+def _session_change(change: VectorChangeSet, key, before, after, added) -> None:
+    """The dense projection's rule: a new turn's pooling, turn and sentence points; windows and
+    episodes pooled from their turns, upserted when they change, deleted when they go."""
+    upserts, deletes = diff_units(units(before), units(after))
+    by_id = {t.turn_id: t for t in after}
+    for t in added:
+        change.pooling.append(TurnPooling(t.turn_id, _vec(t.turn_id) * 3, 5))
+        change.upsert_points.append(_unit_point("turn", t.turn_id, [t], t.turn_id))
+        change.upsert_points.append(_unit_point("sentence", sentence_id(t.turn_id, 0), [t], t.turn_id))
+    for u in upserts:
+        if u.kind != "turn":
+            change.upsert_points.append(_unit_point(u.kind, u.unit_id, [by_id[m] for m in u.turn_ids], u.unit_id))
+    for uid in deletes:
+        if uid.startswith("t_"):
+            change.delete_points += [("turn", uid), ("sentence", sentence_id(uid, 0))]
+        else:
+            change.delete_points.append(("window" if uid.startswith("w_") else "episode", uid))
+
+
+MODEL = forgetting.Model(VectorChangeSet, _session_change)
+
+
+def _reference(request, tmp_path):
+    def make():
+        ref = ADAPTERS[request.node.callspec.params["store"]](request, tmp_path / "ref")
+        request.addfinalizer(ref.close)
+        return ref
+
+    return make
+
+
+@pytest.mark.parametrize("scope", sorted(forgetting.SCOPES))
+def test_forget_removes_exactly_what_the_scope_covers(store, request, tmp_path, scope):
+    forgetting.check_scope(store, _reference(request, tmp_path), MODEL, scope)
+    kept = {t.turn_id for r in forgetting.dataset() for t in store.session_turns(*r.session_key)}
+    assert store.pooling(sorted({r.turn_id for r in forgetting.dataset()})).keys() == kept
+
+
+def test_forget_erases_every_byte_of_the_forgotten_turns(store, request, tmp_path):
+    name = request.node.callspec.params["store"]
+    root = forgetting.data_dir(SERVER_DATA[name]) if name in SERVER_DATA else tmp_path
+    if name in KEEPS_PLAINTEXT:
+        got = forgetting.check_canary(store, root, _reference(request, tmp_path), MODEL, keeps_plaintext=True)
+        print(f"dense/{name}: canaries seen before in {got['seen_before']}; erased after {got['erasure_seconds']:.1f} s")
+        return
+    from qdrant_client import models
+
+    from schemas.ports.keystore import EventRef
+
+    tokens: dict[str, tuple] = {}
+
+    def probe(token: str) -> None:  # a plain payload, as the ledger's text would be if it were not sealed
+        store._qd().upsert(store.ledger, [models.PointStruct(id=store_point("probe"), vector={}, payload={
+            "type": "probe", "text": f"A probe of what Qdrant keeps in its files: {token} in plain text."})], wait=True)
+
+    def destroy_keys_first(rows, turn_scope) -> None:
+        """The eraser may destroy the forgotten turns' keys before the view applies the forget:
+        the sealed copies open to nothing, and the forget still completes."""
+        for p in store._scroll(store.ledger, models.Filter(must=[models.FieldCondition(key="type", match=models.MatchValue(value="turn"))])):
+            assert set(p.payload) >= {"sealed"} and not {"text", "speaker", "source_ref"} & set(p.payload)
+            tokens[p.payload["event_id"] + "@" + p.payload["conversation_id"]] = (p.payload["tenant_id"], p.payload["conversation_id"],
+                                                                                  p.payload["event_id"], p.payload["sealed"])
+        forgotten = [r for r in rows if r.turn_id in forgetting.covered(turn_scope, rows)]
+        store.sealer.keystore.destroy([EventRef(r.tenant_id, r.conversation_id, r.event_id) for r in forgotten], "contract-test")
+        [(t, c, e, _)] = [tokens[f"{r.event_id}@{r.conversation_id}"] for r in forgotten]
+        assert [x.text for x in store.session_turns(t, c, "s1") if x.event_id == e] == [""]  # still in the ledger, unreadable
+
+    from infra.qdrant_base import point_uuid as store_point
+
+    got = forgetting.check_canary(store, root, _reference(request, tmp_path), MODEL, keeps_plaintext=False, probe=probe,
+                                  between=destroy_keys_first)
+    # A copy of the ledger taken before the forget: nothing of the forgotten turns opens any more.
+    store.sealer.keystore.destroy([EventRef("t1", "c3", f"c3-s1-{i}") for i in range(5)], "contract-test")
+    opened = dict(zip(tokens, store.sealer.open_many(tokens.values())))
+    assert {k for k, v in opened.items() if v is None} == {"c1-s1-2@c1", *(f"c3-s1-{i}@c3" for i in range(5))}
+    assert all(v is not None and "canary" not in v for v in opened.values() if v is not None)
+    print(f"dense/{name}: no plaintext ever; erased after {got['erasure_seconds']:.1f} s")

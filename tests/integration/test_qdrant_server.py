@@ -19,7 +19,7 @@ from infra.vectors.qdrant import QdrantVectorStore
 from schemas.errors import StoreError, TransientError
 from schemas.ports.vectors import VectorChangeSet
 from schemas.ports.views import Boundary
-from tests.contracts.builders import unit_vector
+from tests.contracts.builders import sealer, unit_vector
 from tests.contracts.test_vector_contract import point
 from tests.integration import servers
 
@@ -32,17 +32,17 @@ def client_for(url: str, *, grpc: bool, api_key: str | None = None):
 
 
 @pytest.mark.parametrize("grpc", [True, False], ids=["grpc", "rest"])
-def test_a_server_that_is_down_is_a_transient_error_naming_it(grpc):
+def test_a_server_that_is_down_is_a_transient_error_naming_it(grpc, tmp_path):
     http, grpc_port = servers.free_ports(2)
-    store = QdrantVectorStore(client_for(f"http://127.0.0.1:{http}?grpc_port={grpc_port}", grpc=grpc), "down", 1)
+    store = QdrantVectorStore(client_for(f"http://127.0.0.1:{http}?grpc_port={grpc_port}", grpc=grpc), "down", 1, sealer=sealer(tmp_path))
     with pytest.raises(TransientError, match=f"127.0.0.1:{http}.*retried"):
         store.positions()
 
 
 @pytest.mark.parametrize("grpc", [True, False], ids=["grpc", "rest"])
-def test_refusals_are_store_errors_that_say_what_to_check(qdrant_url, grpc):
+def test_refusals_are_store_errors_that_say_what_to_check(qdrant_url, grpc, tmp_path):
     prefix = f"refuse{uuid.uuid4().hex[:8]}"
-    store = QdrantVectorStore(client_for(qdrant_url, grpc=grpc), prefix, 1)
+    store = QdrantVectorStore(client_for(qdrant_url, grpc=grpc), prefix, 1, sealer=sealer(tmp_path))
     try:
         store.apply(VectorChangeSet(upsert_points=[point("a", unit_vector(1, dim=16))]), {0: 1})
         with pytest.raises(StoreError, match="refused.*dimension"):  # the collection is 16-d
@@ -52,26 +52,26 @@ def test_refusals_are_store_errors_that_say_what_to_check(qdrant_url, grpc):
         servers.drop_qdrant_prefix(qdrant_url, prefix)
 
 
-def test_api_key_is_required_and_never_echoed():
+def test_api_key_is_required_and_never_echoed(tmp_path):
     secret = f"qk-{uuid.uuid4().hex}"
     with servers.private_qdrant(api_key=secret) as (url, _, _):
         for grpc in (True, False):
-            good = QdrantVectorStore(client_for(url, grpc=grpc, api_key=secret), f"k{int(grpc)}", 1)
+            good = QdrantVectorStore(client_for(url, grpc=grpc, api_key=secret), f"k{int(grpc)}", 1, sealer=sealer(tmp_path))
             good.apply(VectorChangeSet(upsert_points=[point("a", unit_vector(1))]), {0: 1})
             assert good.positions() == {0: 1}
             wrong = "qk-wrong-" + uuid.uuid4().hex
             for key in (None, wrong):
-                store = QdrantVectorStore(client_for(url, grpc=grpc, api_key=key), f"k{int(grpc)}", 1)
+                store = QdrantVectorStore(client_for(url, grpc=grpc, api_key=key), f"k{int(grpc)}", 1, sealer=sealer(tmp_path))
                 with pytest.raises(StoreError, match="MEMSTREAM_VIEWS_QDRANT_API_KEY") as caught:
                     store.positions()
                 assert secret not in str(caught.value) and wrong not in str(caught.value)
 
 
-def test_writers_sharing_a_generation_race_without_errors_or_lost_positions(qdrant_url):
+def test_writers_sharing_a_generation_race_without_errors_or_lost_positions(qdrant_url, tmp_path):
     """Workers of one consumer group write one generation, each its own partitions: both may
     create the same collections at once, and neither may overwrite the other's positions."""
     prefix = f"race{uuid.uuid4().hex[:8]}"
-    writers = [QdrantVectorStore(client_for(qdrant_url, grpc=True), prefix, 1) for _ in range(4)]
+    writers = [QdrantVectorStore(client_for(qdrant_url, grpc=True), prefix, 1, sealer=sealer(tmp_path)) for _ in range(4)]
     errors: list[BaseException] = []
     barrier = threading.Barrier(len(writers))
 
@@ -100,9 +100,9 @@ def test_writers_sharing_a_generation_race_without_errors_or_lost_positions(qdra
 
 
 @pytest.mark.parametrize("grpc", [True, False], ids=["grpc", "rest"])
-def test_acknowledged_writes_survive_a_sigkill_and_the_client_reconnects_by_itself(grpc):
+def test_acknowledged_writes_survive_a_sigkill_and_the_client_reconnects_by_itself(grpc, tmp_path):
     with servers.private_qdrant() as (url, state, env):
-        store = QdrantVectorStore(client_for(url, grpc=grpc), "crash", 1)
+        store = QdrantVectorStore(client_for(url, grpc=grpc), "crash", 1, sealer=sealer(tmp_path))
         vectors = {f"p{i}": unit_vector(i) for i in range(50)}
         store.apply(VectorChangeSet(upsert_points=[point(k, v) for k, v in vectors.items()]), {0: 50})
         servers.kill_qdrant(state)
