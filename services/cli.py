@@ -137,6 +137,9 @@ async def cmd_process(args) -> int:
             print(f"caught up with {sum(target.values())} records in {time.perf_counter() - t0:.2f}s (model load {pipeline.model_load_seconds:.2f}s)")
             for view in await pipeline.paused_views():
                 print(f"{view} is paused and was left where it is (`memstream resume {view}`)")
+            for view, seconds in (await pipeline.erase_deferred()).items():
+                print(f"{view}: a forget's physical erasure is deferred by the store (about {seconds:.0f} s more); it is recorded "
+                      "and runs in the next `memstream process`, `serve` or worker")
         else:
             stop = asyncio.Event()
             _stop_on_signals(stop)

@@ -108,6 +108,15 @@ def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *
     async def catch_up() -> None:
         if not ready.is_set():
             return
+        # An exception escaping a faust timer ends the worker: each part logs its failure and is
+        # tried again at the next tick (a store or the broker briefly away costs lag, not the process).
+        for what, part in (("catch-up", _catch_up_views), ("intake relay", _relay), ("eraser", _erase), ("retention sweep", _sweep)):
+            try:
+                await part()
+            except Exception:  # noqa: BLE001 - see above
+                log.exception("%s failed; retrying at the next catch-up", what)
+
+    async def _catch_up_views() -> None:
         await pipeline.control.refresh()
         for view in views:
             if pipeline.control.paused(view):
@@ -116,12 +125,19 @@ def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *
             runner.commit_group = False
             while (await runner.step()).records:
                 pass
+            await runner.erase_if_due()  # deferred erasure (streams/runner.py)
+
+    async def _relay() -> None:
         if pipeline.intake is not None:  # foreign producers' plain events, sealed onto the event topic (streams/intake.py)
             while await pipeline.intake.step():
                 pass
+
+    async def _erase() -> None:
         if pipeline.eraser is not None:  # forgets: destroy the keys of what they cover (streams/eraser.py)
             while await pipeline.eraser.step():
                 pass
+
+    async def _sweep() -> None:
         if pipeline.retention is not None:  # tenants' retention: forget what it no longer keeps (streams/retention.py)
             await pipeline.retention.step()
 

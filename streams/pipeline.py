@@ -295,6 +295,7 @@ class Pipeline:
                     n = 0
                     await asyncio.sleep(1.0)
                 if n == 0:
+                    await self._live[view].runner.erase_if_due()  # deferred erasure (streams/runner.py)
                     try:
                         await asyncio.wait_for(stop.wait(), timeout=self.config.idle_poll)
                     except asyncio.TimeoutError:
@@ -321,6 +322,16 @@ class Pipeline:
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(0.02)
+
+    async def erase_deferred(self) -> dict[str, float]:
+        """Run every view's deferred erasure that is due now (streams/runner.py); returns the
+        views whose erasure still waits, with the seconds until it may proceed."""
+        out = {}
+        for view, live in self._live.items():
+            pending = await live.runner.erase_if_due()
+            if pending is not None:
+                out[view] = pending
+        return out
 
     async def paused_views(self) -> list[str]:
         await self.control.refresh(force=True)

@@ -11,6 +11,12 @@ One step:
 Write the view, then the positions, then the group: that order is the delivery guarantee
 (at-least-once delivery, made effectively-once by deterministic ids and upserts).
 
+Deferred erasure: a store that cannot erase a forget's bytes at once (OpenSearch: deleted
+documents stay in segments until a merge its retention leases allow) keeps what is pending
+durably and says when it is due (`erase_pending`, schemas/ports/views.py); the loops that follow
+the log call `erase_if_due()` when idle, which asks the store only when its last answer said
+something could be due by now, or after a change set that forgot or deleted turns.
+
 A processor never dies on one bad record: if handling a batch raises, the batch is bisected
 until the failing record is isolated, and that record is dead-lettered with the exception as
 its reason. TransientError (a store or broker briefly unavailable) is retried with back-off
@@ -80,6 +86,7 @@ class ProjectionRunner:
         self._positions: Positions | None = None
         self._lock = asyncio.Lock()  # one batch at a time per view, whoever delivers it
         self.commit_group = True  # False when another consumer (a faust app) owns the group
+        self._erase_at: float | None = 0.0  # monotonic time to ask the store about deferred erasure; None: nothing pending
 
     @property
     def view(self) -> str:
@@ -188,7 +195,28 @@ class ProjectionRunner:
             # and another consumer of the group may own (and be advancing) the others.
             await asyncio.to_thread(self.store.apply, s.change, {p: current[p] for p in s.positions})
             self._positions = dict(current)
+            if s.change.forgets or s.change.delete_turns:
+                self._erase_at = 0.0 if self._erase_at is None else min(self._erase_at, time.monotonic())
         return dead
+
+    async def erase_if_due(self) -> float | None:
+        """Run the store's deferred erasure if it may be due (module docstring). Returns the
+        seconds until it should be asked again, None when nothing is pending. Errors are logged
+        and retried later: erasure that waits is still bounded by the store's own record."""
+        if self._erase_at is None or time.monotonic() < self._erase_at:
+            return None if self._erase_at is None else self._erase_at - time.monotonic()
+        try:
+            async with self._lock:
+                pending = await asyncio.to_thread(self.store.erase_pending)
+                if pending == 0:
+                    pending = await asyncio.to_thread(self.store.erase_due)
+        except Exception as exc:  # noqa: BLE001 - a store outage: ask again later
+            log.warning("view=%s deferred erasure failed, retrying in 5s: %s", self.view, exc)
+            pending = 5.0
+        self._erase_at = None if pending is None else time.monotonic() + max(pending, 0.5)
+        if pending is not None:
+            log.debug("view=%s deferred erasure pending, next check in %.1fs", self.view, pending)
+        return pending
 
     async def caught_up(self, target: Positions) -> bool:
         positions = await self.positions()
