@@ -66,7 +66,7 @@ CONVERSATION, SESSIONS, AGENTS = "lisbon-trip", ("s1", "s2"), ("ada", "planner")
 
 OPEN = {"GET /healthz", "GET /dashboard", "POST /dashboard/session", "DELETE /dashboard/session", "GET /dashboard/assets/{name}"}
 READER = {"POST /v1/wait", "GET /v1/status", "POST /v1/search", "POST /v1/answer"}
-WRITER = READER | {"POST /v1/events", "GET /v1/export"}
+WRITER = READER | {"POST /v1/events", "POST /v1/forget", "GET /v1/export"}
 ADMIN = WRITER | {"GET /metrics", "GET /v1/ops/snapshot", "GET /v1/dead-letters", "POST /v1/admin/projections/{name}/pause",
                   "POST /v1/admin/projections/{name}/resume", "GET /v1/admin/keys", "POST /v1/admin/keys",
                   "POST /v1/admin/keys/{key_id}/revoke", "POST /v1/admin/keys/{key_id}/rotate", "GET /v1/admin/audit"}
@@ -262,6 +262,21 @@ def _wait(body: dict, positions: dict, how: str, control: str | None) -> dict:
     return out
 
 
+def _forget(body: dict, tenant: str, how: str) -> dict:
+    """A forget the handler acts on, never of the sample conversation the other operations read:
+    'scratch' points it at a conversation (or agent) nobody wrote; 'keep' keeps the generated ids
+    (which name nothing), and a tenant-wide one only reaches turns older than 2000."""
+    out = with_tenant(body, tenant)
+    if how == "scratch":
+        if out.get("agent_id") is not None:
+            out["agent_id"] = "fuzz-scratch-agent"
+        else:
+            out["conversation_id"] = "fuzz-scratch"
+    elif out.get("conversation_id") is None and out.get("agent_id") is None:
+        out["occurred_before"] = "2000-01-01T00:00:00+00:00"
+    return out
+
+
 def _new_key(body: dict, how: str) -> dict:
     if how == "keep" or not isinstance(body.get("role"), str):
         return body
@@ -287,6 +302,8 @@ def fuzz_hooks(victims: dict, admin_key: str) -> HookDispatcher:
             return st.tuples(st.dictionaries(st.integers(0, 7).map(str), st.integers(0, 64), max_size=3),
                              st.sampled_from(["keep", "empty", "fix", "fix", "fix", "fix"]),
                              st.sampled_from([None] * 9 + ["keep"])).map(lambda c: _wait(body, *c))
+        if op == "POST /v1/forget" and isinstance(body, dict):
+            return st.tuples(TENANT_CHOICE, st.sampled_from(["scratch"] * 7 + ["keep"])).map(lambda c: _forget(body, *c))
         if op == "POST /v1/admin/keys" and isinstance(body, dict):
             return st.sampled_from(["fix"] * 4 + ["keep"]).map(lambda c: _new_key(body, c))
         if op == "POST /dashboard/session" and isinstance(body, dict):  # signing in with an admin key works, once in four

@@ -226,7 +226,6 @@ async def test_the_graph_projection_builds_on_neo4j_the_view_it_builds_embedded(
     """The real write path (NER, encoder, GraphProjection, ProjectionRunner) into Neo4j: late
     turns, a duplicate and a forgotten turn give the embedded graph view's canonical dump, and
     the same reads."""
-    from streams.projections.graph import GraphProjection
     from streams.runner import ProjectionRunner
     from tests.e2e.helpers import assert_same_views, make_pipeline, publish, sample_items
 
@@ -236,7 +235,7 @@ async def test_the_graph_projection_builds_on_neo4j_the_view_it_builds_embedded(
     await p.start()
     try:
         runner = ProjectionRunner(log_=p.log, topic=p.config.topic, dlq_topic=p.config.dlq_topic,
-                                  projection=GraphProjection(neo, models[1], models[0]), group=f"neo4j-{uuid.uuid4().hex[:8]}",
+                                  projection=p.projection("graph", neo), group=f"neo4j-{uuid.uuid4().hex[:8]}",
                                   batch_size=4)
         late = items[:4] + items[6:] + items[4:6] + items[2:3]  # two late turns and a redelivered one
         await publish(p, late)
