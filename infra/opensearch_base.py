@@ -221,7 +221,8 @@ _KEYWORD = {"type": "keyword"}
 # Only the fields the ledger filters on are indexed; the rest of a turn lives in _source.
 _LEDGER_MAPPINGS = {
     "dynamic": False,
-    "properties": {**{name: _KEYWORD for name in ("type", "turn_id", "tenant_id", "conversation_id", "session_id", "event_id", "agent_id")},
+    "properties": {**{name: _KEYWORD for name in ("type", "turn_id", "tenant_id", "conversation_id", "session_id", "event_id", "agent_id",
+                                                  "supersedes")},
                    "occurred_us": {"type": "long"}},
 }
 ERASURE_ID = "_erasure"
@@ -298,6 +299,8 @@ class OpenSearchViewBase:
 
     def _create(self, client: OpenSearch, name: str, body: dict) -> None:
         if client.indices.exists(index=name):
+            if name == self.ledger_index:  # ledger fields added since the index was made (adding a field is allowed)
+                client.indices.put_mapping(index=name, body={"properties": _LEDGER_MAPPINGS["properties"]})
             current = client.indices.get_settings(index=name, name="index.merge.policy.expunge_deletes_allowed,"
                                                   "index.soft_deletes.retention_lease.period", flat_settings=True)
             want = {f"index.{k}": str(v) for k, v in ERASURE_SETTINGS.items()}
@@ -373,6 +376,60 @@ class OpenSearchViewBase:
 
     def ledger_dump(self) -> list[dict]:
         return ledger_dump(self._turns([]))
+
+    # -- turns as the API lists them (schemas/ports/unit_store.py) ------------------------------
+    def _ledger_boundary(self, b: Boundary) -> list[dict]:
+        out = [term("type", "turn"), term("tenant_id", b.tenant_id)]
+        if b.conversation_ids is not None:
+            out.append(terms("conversation_id", b.conversation_ids))
+        if b.session_ids is not None:
+            out.append(terms("session_id", b.session_ids))
+        return out
+
+    def superseded(self, boundary: Boundary) -> set[str]:
+        """Two reads: the corrections among the boundary's conversations, then the turns they name."""
+        conv = [term("type", "turn"), term("tenant_id", boundary.tenant_id), {"exists": {"field": "supersedes"}}]
+        if boundary.conversation_ids is not None:
+            conv.append(terms("conversation_id", boundary.conversation_ids))
+        with self._translate("reading corrections"):
+            hits = all_hits(self._os(), self.ledger_index, {"bool": {"filter": conv}}, source=["conversation_id", "event_id", "supersedes"])
+            named: dict[str, set[str]] = {}
+            for h in hits:
+                src = h["_source"]
+                if src.get("supersedes") and src["supersedes"] != src["event_id"]:
+                    named.setdefault(src["conversation_id"], set()).add(src["supersedes"])
+            out: set[str] = set()
+            for conversation_id, events in named.items():
+                flt = [*self._ledger_boundary(boundary), term("conversation_id", conversation_id), terms("event_id", events)]
+                out |= {h["_source"]["turn_id"] for h in all_hits(self._os(), self.ledger_index, {"bool": {"filter": flt}}, source=["turn_id"])}
+        return out
+
+    def page_turns(self, boundary: Boundary, after: tuple[int, str] | None, limit: int, *,
+                   include_superseded: bool = False) -> list[TurnRow]:
+        flt = self._ledger_boundary(boundary)
+        if boundary.agent_ids is not None:
+            flt.append(terms("agent_id", boundary.agent_ids))
+        query: dict = {"bool": {"filter": flt}}
+        if not include_superseded:
+            hidden = self.superseded(boundary)
+            if hidden:
+                query["bool"]["must_not"] = [terms("turn_id", hidden)]
+        body = {"query": query, "size": limit, "sort": [{"occurred_us": "asc"}, {"turn_id": "asc"}]}
+        if after is not None:
+            body["search_after"] = [after[0], after[1]]
+        with self._translate("listing turns"):
+            hits = self._os().search(index=self.ledger_index, body=body)["hits"]["hits"]
+        return [doc_turn(h["_source"]) for h in hits]
+
+    def turns_by_event(self, tenant_id: str, event_id: str, conversation_id: str | None = None) -> list[TurnRow]:
+        flt = [term("tenant_id", tenant_id), term("event_id", event_id)]
+        if conversation_id is not None:
+            flt.append(term("conversation_id", conversation_id))
+        return sorted(self._turns(flt), key=lambda t: t.conversation_id)
+
+    def corrections(self, tenant_id: str, conversation_id: str, event_id: str) -> list[TurnRow]:
+        rows = self._turns([term("tenant_id", tenant_id), term("conversation_id", conversation_id), term("supersedes", event_id)])
+        return order_turns(t for t in rows if t.event_id != event_id)
 
     # -- ledger writes (call inside _translate) ------------------------------------------
     def _forget_ledger(self, forget: Forget) -> set[tuple[str, str]]:

@@ -19,7 +19,7 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -37,15 +37,20 @@ CREATE TABLE IF NOT EXISTS turns (
     turn_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, conversation_id TEXT NOT NULL,
     session_id TEXT NOT NULL, event_id TEXT NOT NULL, agent_id TEXT NOT NULL, speaker TEXT NOT NULL,
     role TEXT NOT NULL, turn_index INTEGER NOT NULL, occurred_at TEXT NOT NULL, text TEXT NOT NULL,
-    source_ref TEXT, partition INTEGER NOT NULL, offset INTEGER NOT NULL, content_hash TEXT NOT NULL);
+    source_ref TEXT, partition INTEGER NOT NULL, offset INTEGER NOT NULL, content_hash TEXT NOT NULL, supersedes TEXT);
 CREATE INDEX IF NOT EXISTS turns_session ON turns (tenant_id, conversation_id, session_id);
 CREATE UNIQUE INDEX IF NOT EXISTS turns_event ON turns (tenant_id, conversation_id, event_id);
 """
 
 _TURN_COLS = (
     "turn_id, tenant_id, conversation_id, session_id, event_id, agent_id, speaker, role, turn_index,"
-    " occurred_at, text, source_ref, partition, offset, content_hash"
+    " occurred_at, text, source_ref, partition, offset, content_hash, supersedes"
 )
+_N_TURN_COLS = _TURN_COLS.count(",") + 1
+
+
+def from_micros(us: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=us)
 
 
 def utc_iso(t: datetime) -> str:
@@ -59,14 +64,14 @@ def row_to_turn(r: tuple) -> TurnRow:
     return TurnRow(
         turn_id=r[0], tenant_id=r[1], conversation_id=r[2], session_id=r[3], event_id=r[4], agent_id=r[5],
         speaker=r[6], role=r[7], turn_index=r[8], occurred_at=datetime.fromisoformat(r[9]), text=r[10],
-        source_ref=r[11], partition=r[12], offset=r[13], content_hash=r[14],
+        source_ref=r[11], partition=r[12], offset=r[13], content_hash=r[14], supersedes=r[15],
     )
 
 
 def turn_to_row(t: TurnRow) -> tuple:
     return (
         t.turn_id, t.tenant_id, t.conversation_id, t.session_id, t.event_id, t.agent_id, t.speaker, t.role,
-        t.turn_index, utc_iso(t.occurred_at), t.text, t.source_ref, t.partition, t.offset, t.content_hash,
+        t.turn_index, utc_iso(t.occurred_at), t.text, t.source_ref, t.partition, t.offset, t.content_hash, t.supersedes,
     )
 
 
@@ -131,6 +136,14 @@ class SqliteViewBase:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # executescript commits implicitly, so the schema is created outside a transaction.
         self._conn().executescript(_LEDGER_SCHEMA + self.extra_schema)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Columns added since a store's file was made (its rows keep NULL there)."""
+        c = self._conn()
+        if "supersedes" not in {r[1] for r in c.execute("PRAGMA table_info(turns)")}:
+            c.execute("ALTER TABLE turns ADD COLUMN supersedes TEXT")
+        c.execute("CREATE INDEX IF NOT EXISTS turns_supersedes ON turns (tenant_id, conversation_id, supersedes) WHERE supersedes IS NOT NULL")
 
     # -- connections & transactions ------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -256,6 +269,45 @@ class SqliteViewBase:
         rows = self._conn().execute(f"SELECT {_TURN_COLS} FROM turns WHERE {where}", args).fetchall()
         return [row_to_turn(r) for r in rows]
 
+    # -- turns as the API lists them (schemas/ports/unit_store.py) ------------------------------
+    _SUPERSEDED = ("EXISTS (SELECT 1 FROM turns c WHERE c.tenant_id=t.tenant_id AND c.conversation_id=t.conversation_id "
+                   "AND c.supersedes=t.event_id AND c.event_id<>t.event_id)")
+
+    def superseded(self, boundary: Boundary) -> set[str]:
+        where, args = boundary_where(boundary, "t.")
+        rows = self._conn().execute(f"SELECT t.turn_id FROM turns t WHERE {where} AND {self._SUPERSEDED}", args).fetchall()
+        return {r[0] for r in rows}
+
+    def page_turns(self, boundary: Boundary, after: tuple[int, str] | None, limit: int, *,
+                   include_superseded: bool = False) -> list[TurnRow]:
+        where, args = boundary_where(boundary, "t.")
+        if boundary.agent_ids is not None:
+            where += f" AND t.agent_id IN ({','.join('?' * len(boundary.agent_ids))})"
+            args.extend(boundary.agent_ids)
+        if not include_superseded:
+            where += f" AND NOT {self._SUPERSEDED}"
+        if after is not None:
+            where += " AND (t.occurred_at > ? OR (t.occurred_at = ? AND t.turn_id > ?))"
+            at = utc_iso(from_micros(after[0]))
+            args.extend([at, at, after[1]])
+        cols = ", ".join(f"t.{c.strip()}" for c in _TURN_COLS.split(","))
+        rows = self._conn().execute(f"SELECT {cols} FROM turns t WHERE {where} ORDER BY t.occurred_at, t.turn_id LIMIT ?",
+                                    [*args, limit]).fetchall()
+        return [row_to_turn(r) for r in rows]
+
+    def turns_by_event(self, tenant_id: str, event_id: str, conversation_id: str | None = None) -> list[TurnRow]:
+        where, args = "tenant_id=? AND event_id=?", [tenant_id, event_id]
+        if conversation_id is not None:
+            where += " AND conversation_id=?"
+            args.append(conversation_id)
+        rows = self._conn().execute(f"SELECT {_TURN_COLS} FROM turns WHERE {where} ORDER BY conversation_id", args).fetchall()
+        return [row_to_turn(r) for r in rows]
+
+    def corrections(self, tenant_id: str, conversation_id: str, event_id: str) -> list[TurnRow]:
+        rows = self._conn().execute(f"SELECT {_TURN_COLS} FROM turns WHERE tenant_id=? AND conversation_id=? AND supersedes=? "
+                                    "AND event_id<>?", (tenant_id, conversation_id, event_id, event_id)).fetchall()
+        return order_turns(row_to_turn(r) for r in rows)
+
     def _apply_ledger(self, c: sqlite3.Connection, change: ChangeSet) -> set[tuple[str, str]]:
         """Apply forgets, turn deletions and turn puts; return the conversations touched."""
         touched: set[tuple[str, str]] = set()
@@ -267,7 +319,7 @@ class SqliteViewBase:
                 touched.update(c.execute(f"SELECT DISTINCT tenant_id, conversation_id FROM turns WHERE turn_id IN ({q})", chunk).fetchall())
                 c.execute(f"DELETE FROM turns WHERE turn_id IN ({q})", chunk)
         if change.put_turns:
-            c.executemany(f"INSERT OR REPLACE INTO turns ({_TURN_COLS}) VALUES ({','.join('?' * 15)})", [turn_to_row(t) for t in change.put_turns])
+            c.executemany(f"INSERT OR REPLACE INTO turns ({_TURN_COLS}) VALUES ({','.join('?' * _N_TURN_COLS)})", [turn_to_row(t) for t in change.put_turns])
             touched.update((t.tenant_id, t.conversation_id) for t in change.put_turns)
         return touched
 

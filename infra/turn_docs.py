@@ -24,6 +24,7 @@ def turn_doc(t: TurnRow) -> dict:
         "session_id": t.session_id, "event_id": t.event_id, "agent_id": t.agent_id, "speaker": t.speaker, "role": t.role,
         "turn_index": t.turn_index, "occurred_at": t.occurred_at.isoformat(), "occurred_us": micros(t.occurred_at),  # for range filters
         "text": t.text, "source_ref": t.source_ref, "partition": t.partition, "offset": t.offset, "content_hash": t.content_hash,
+        "supersedes": t.supersedes,
     }
 
 
@@ -32,7 +33,7 @@ def doc_turn(d: dict) -> TurnRow:
         turn_id=d["turn_id"], tenant_id=d["tenant_id"], conversation_id=d["conversation_id"], session_id=d["session_id"],
         event_id=d["event_id"], agent_id=d["agent_id"], speaker=d["speaker"], role=d["role"], turn_index=d["turn_index"],
         occurred_at=datetime.fromisoformat(d["occurred_at"]), text=d["text"], source_ref=d["source_ref"],
-        partition=d["partition"], offset=d["offset"], content_hash=d["content_hash"],
+        partition=d["partition"], offset=d["offset"], content_hash=d["content_hash"], supersedes=d.get("supersedes"),
     )
 
 

@@ -106,3 +106,10 @@ class InvalidRequest(MemstreamError):
 
     code = "invalid_request"
     http_status = 422
+
+
+class Ambiguous(MemstreamError):
+    """The request names something several things match (e.g. an event id used in two conversations)."""
+
+    code = "ambiguous"
+    http_status = 409

@@ -119,6 +119,8 @@ class TurnRecorded(_EventBase):
                                                    "and lie in [1900-01-01, 2200-01-01) UTC.")
     metadata: dict[str, MetadataValue] = Field(default_factory=dict)
     source_ref: str | None = Field(default=None, max_length=200, description="The producer's own reference for the turn (e.g. LoCoMo's dia_id).")
+    supersedes: Identifier | None = Field(default=None, description="The event id of a turn of the same conversation that this turn corrects: "
+                                                                    "searches return this turn instead, and the turn's history keeps both.")
 
     @field_validator("text", "speaker")
     @classmethod

@@ -193,9 +193,9 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
         return JSONResponse(error_body("internal_error", f"the request failed inside memstream; the server log has the details "
                                                          f"under request id {rid}", None, rid), status_code=500)
 
-    from services.routes import audit, dashboard, export, forget, ingest, keys, ops, query
+    from services.routes import audit, dashboard, export, forget, ingest, keys, ops, query, turns
 
-    for module in (ingest, forget, export, query, ops, keys, audit, dashboard):
+    for module in (ingest, forget, export, query, turns, ops, keys, audit, dashboard):
         app.include_router(module.router)
 
     @app.get("/healthz", summary="Liveness (no key needed)")

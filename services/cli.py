@@ -590,15 +590,16 @@ async def _has_key(settings) -> bool:
 
 def cmd_schemas(args) -> int:
     from schemas.export import check, export
+    from services import openapi_doc
 
     if args.check:
-        stale = check()
+        stale = check() + ([str(openapi_doc.DOC)] if openapi_doc.stale() else [])
         if stale:
-            print("stale JSON Schema files (run `memstream schemas export`): " + ", ".join(stale), file=sys.stderr)
+            print("stale JSON Schema / OpenAPI files (run `memstream schemas export`): " + ", ".join(stale), file=sys.stderr)
             return 1
-        print("JSON Schema files are up to date")
+        print("JSON Schema files and the OpenAPI document are up to date")
         return 0
-    for path in export():
+    for path in [*export(), openapi_doc.export()]:
         print(f"wrote {path}")
     return 0
 
@@ -698,9 +699,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--tls-key", help="... and this PEM private key")
     s.set_defaults(func=cmd_serve)
 
-    from services import audit_cli, export_cli, forget_cli, keys_cli, tenants_cli
+    from services import audit_cli, export_cli, forget_cli, keys_cli, mcp_cli, tenants_cli
 
     keys_cli.register(sub)
+    mcp_cli.register(sub)
     forget_cli.register(sub)
     tenants_cli.register(sub)
     export_cli.register(sub)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from schemas.ports.views import Boundary, ChangeSet, Positions, ViewStore
+from schemas.ports.views import Boundary, ChangeSet, Positions, TurnRow, ViewStore
 from schemas.units import TraceUnit, UnitKind
 
 
@@ -36,3 +36,25 @@ class UnitStore(ViewStore, Protocol):
         ...
 
     def session_unit_ids(self, tenant_id: str, conversation_id: str, session_id: str) -> set[str]: ...
+
+    # Turns as the API lists them (GET /v1/turns…). A turn is *superseded* when another turn of
+    # its conversation names its event id in `supersedes` (a correction): searches leave it out,
+    # its history keeps it.
+    def superseded(self, boundary: Boundary) -> set[str]:
+        """Turn ids of the boundary's turns (tenant, conversations, sessions) that a correction supersedes."""
+        ...
+
+    def page_turns(self, boundary: Boundary, after: tuple[int, str] | None, limit: int, *,
+                   include_superseded: bool = False) -> list[TurnRow]:
+        """Up to `limit` of the boundary's turns (tenant, conversations, sessions, agents) ordered by
+        (occurred_at, turn_id), strictly after `after` = (occurred_at in microseconds since the
+        epoch, turn_id): a stable cursor while turns are added."""
+        ...
+
+    def turns_by_event(self, tenant_id: str, event_id: str, conversation_id: str | None = None) -> list[TurnRow]:
+        """The tenant's turns with this event id (one per conversation that used it)."""
+        ...
+
+    def corrections(self, tenant_id: str, conversation_id: str, event_id: str) -> list[TurnRow]:
+        """The turns that supersede `event_id` in its conversation, in turn order."""
+        ...

@@ -59,6 +59,7 @@ class TurnRow:
     partition: int
     offset: int
     content_hash: str
+    supersedes: str | None = None  # the event id this turn corrects (TurnRecorded.supersedes)
 
     @property
     def session_key(self) -> tuple[str, str, str]:

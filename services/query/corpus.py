@@ -104,7 +104,10 @@ def _level(units: list[TraceUnit], index: dict[str, int], n: int) -> Level:
 
 
 def build_corpus(units_store, boundary: Boundary) -> Corpus:
-    turns = units_store.list_units(boundary, "turn")
+    # A turn a correction supersedes (TurnRecorded.supersedes) is left out: no strategy ranks it,
+    # no unit shows it; its correction stands in its place. GET /v1/turns/{id}/history keeps it.
+    superseded = units_store.superseded(boundary)
+    turns = [u for u in units_store.list_units(boundary, "turn") if u.unit_id not in superseded]
     index = {u.unit_id: i for i, u in enumerate(turns)}
     session_ord: dict[tuple[str, str], int] = {}
     sessions = []

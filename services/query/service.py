@@ -106,7 +106,9 @@ def assemble(corpus: Corpus, candidates: list[Candidate], budget: int) -> list[E
         taken.update(counted)
         turns = [corpus.turns[i] for i in sorted(counted)]
         unit = corpus.unit(c.unit_id)
-        whole = unit is not None and len(counted) == len(c.turns)
+        # A unit's own text only when every member is shown: a member outside the budget, the
+        # boundary or superseded by a correction (corpus.py) leaves the text of the rest.
+        whole = unit is not None and len(counted) == len(c.turns) == len(unit.turn_ids)
         text = unit.text if whole else "\n".join(f"{t.provenance.speakers[0]}: {t.text}" for t in turns)
         out.append(  # model_construct: every field comes from already-validated units (~2 us less per object)
             Evidence.model_construct(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, Field
@@ -27,7 +29,16 @@ class ForgetBody(BaseModel):
     reason: str | None = Field(None, max_length=1000)
 
 
+class ForgetResult(BaseModel):
+    forget_id: str
+    tenant_id: str
+    scope: dict[str, Any]
+    positions: dict[int, int] = Field(description="POST /v1/wait on these returns once the forget is complete.")
+    status: Literal["requested"]
+
+
 @router.post("/v1/forget", summary="Forget a tenant, conversation, session, turn or agent (writer; a whole tenant: admin)",
+             status_code=202, response_model=ForgetResult,
              responses={202: {"description": "Requested: POST /v1/wait on `positions` returns once it is complete"}})
 async def post_forget(body: ForgetBody, request: Request, principal: Writer):
     st = state(request)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -70,7 +70,28 @@ def authorizer(principal: Principal):
     return check
 
 
-@router.post("/v1/events", summary="Publish one event or a batch (writer)",
+class ItemOutcome(BaseModel):
+    index: int = Field(description="Position of the item in the request.")
+    status: Literal["accepted", "rejected", "failed"]
+    code: int = Field(description="The HTTP status this item alone would get: 200, 403, 409, 422, 503.")
+    event_id: str | None = None
+    partition: int | None = Field(None, description="Where it was appended (accepted items).")
+    offset: int | None = None
+    errors: list[dict[str, Any]] = Field(default_factory=list, description="Why it was not accepted.")
+
+
+class EventsResult(BaseModel):
+    accepted: int
+    rejected: int
+    positions: dict[int, int] = Field(description="partition -> offset after the accepted items: what POST /v1/wait takes.")
+    items: list[ItemOutcome]
+
+
+class WaitResult(BaseModel):
+    caught_up: bool
+
+
+@router.post("/v1/events", summary="Publish one event or a batch (writer)", response_model=EventsResult,
              openapi_extra={"requestBody": EVENTS_BODY, "responses": {
                  "207": {"description": "Some items accepted, some rejected (each item says why, with its own code)"},
                  "413": {"description": "Body or batch too large"}}})
@@ -110,7 +131,7 @@ class WaitRequest(BaseModel):
 
 
 @router.post("/v1/wait", summary="Wait until every view has processed up to the given positions (read-your-writes)",
-             responses={504: {"description": "Not reached within the timeout"}})
+             response_model=WaitResult, responses={504: {"description": "Not reached within the timeout"}})
 async def post_wait(req: WaitRequest, request: Request, principal: Reader):
     st = state(request)
     partitions = await st.pipeline.log.partitions(st.settings.log.topic)

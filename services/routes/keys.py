@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
 from schemas.events import TENANT_PATTERN
 from schemas.security import Role
 from services import keys
+from services.paging import MAX_LIMIT, page
 from services.routes.deps import Admin, state
 
 router = APIRouter()
@@ -29,10 +30,13 @@ class Rotation(BaseModel):
 
 
 @router.get("/v1/admin/keys", summary="Every key, without secrets (admin)")
-async def list_keys(request: Request, principal: Admin, tenant_id: str | None = None):
+async def list_keys(request: Request, principal: Admin, tenant_id: str | None = Query(None, pattern=TENANT_PATTERN),
+                    cursor: str | None = Query(None, max_length=400, description="`next_cursor` of the previous page."),
+                    limit: int = Query(100, ge=1, le=MAX_LIMIT)):
     ring = state(request).keyring
     await ring.refresh(force=True)
-    return {"keys": ring.listing(tenant_id)}
+    listed, next_cursor = page(ring.listing(tenant_id), lambda k: (k["key_id"],), (str,), cursor, limit)
+    return {"keys": listed, "next_cursor": next_cursor}
 
 
 @router.post("/v1/admin/keys", summary="Create a key; the secret is shown once (admin)", status_code=201)

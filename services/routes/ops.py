@@ -3,12 +3,13 @@ pause/resume (admin)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from schemas.control import ProjectionControl
 from schemas.errors import NotFound
+from services.paging import MAX_LIMIT, page
 from services.routes.deps import Admin, Ops, Reader, state
 
 router = APIRouter()
@@ -50,12 +51,15 @@ async def get_snapshot(request: Request, principal: Ops):
 
 
 @router.get("/v1/dead-letters", summary="Records a projection could not process, with the reason (admin)")
-async def get_dead_letters(request: Request, principal: Admin):
+async def get_dead_letters(request: Request, principal: Admin,
+                           cursor: str | None = Query(None, max_length=2000, description="`next_cursor` of the previous page."),
+                           limit: int = Query(100, ge=1, le=MAX_LIMIT)):
     from streams.dlq import list_dead_letters
 
     st = state(request)
-    entries = await list_dead_letters(st.pipeline.log, st.settings.dlq_topic)
-    return {"dead_letters": [
+    entries, next_cursor = page(await list_dead_letters(st.pipeline.log, st.settings.dlq_topic),
+                                lambda e: (e.source_topic, e.partition, e.offset), (str, int, int), cursor, limit)
+    return {"next_cursor": next_cursor, "dead_letters": [
         {"origin": e.origin, "projections": e.projections, "reason": e.reason, "errors": e.errors, "replayed": e.replayed,
          "truncated": e.truncated, "value": e.value.decode("utf-8", "replace")} for e in entries
     ]}

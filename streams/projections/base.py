@@ -62,8 +62,18 @@ def turn_row(event: TurnRecorded, record: LogRecord) -> TurnRow:
         source_ref=event.source_ref,
         partition=record.partition,
         offset=record.offset,
-        content_hash=content_hash(event.model_dump(mode="json")),
+        content_hash=content_hash(_hashed(event)),
+        supersedes=event.supersedes,
     )
+
+
+def _hashed(event: TurnRecorded) -> dict:
+    """What the content hash covers: the whole event, with `supersedes` only when it is set, so
+    that turns published before the field existed keep their hash (a redelivery is not a conflict)."""
+    d = event.model_dump(mode="json")
+    if d.get("supersedes") is None:
+        d.pop("supersedes", None)
+    return d
 
 
 def _conflict(record: LogRecord, projection: str, event_id: str) -> DeadLetter:

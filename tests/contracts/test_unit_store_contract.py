@@ -152,3 +152,50 @@ def test_forget_erases_every_byte_of_the_forgotten_turns(store, request, tmp_pat
     root = forgetting.data_dir(SERVER_DATA[name]) if name in SERVER_DATA else tmp_path
     got = forgetting.check_canary(store, root, _reference(request, tmp_path), MODEL, keeps_plaintext=True)
     print(f"hierarchy/{name}: canaries seen before in {got['seen_before']}; erased after {got['erasure_seconds']:.1f} s")
+
+
+# -- reading turns back (GET /v1/turns…): corrections, pages, event ids ---------------------------
+def _correction(of, i: int, text: str, **kw):
+    from dataclasses import replace
+
+    r = row(i, text, **kw)
+    return replace(r, supersedes=of.event_id)
+
+
+def test_corrections_supersede_the_turn_they_name_within_its_conversation_only(store):
+    c1 = [row(i, f"c1 turn {i}") for i in range(4)]
+    c2 = [row(i, f"c2 turn {i}", conv="c2") for i in range(2)]  # c2-s1-0 ... ids differ; c1-s1-1 is named from c2 below
+    fix = _correction(c1[1], 10, "c1 turn 1, corrected")
+    fix2 = _correction(fix, 11, "c1 turn 1, corrected again")
+    foreign = _correction(c1[2], 12, "names c1's turn from c2", conv="c2")  # another conversation: supersedes nothing
+    other_tenant = _correction(c1[3], 13, "names c1's turn from t2", tenant="t2")
+    _put(store, [*c1, *c2, fix, fix2, foreign, other_tenant], {0: 20})
+    assert store.superseded(Boundary("t1", ("c1",))) == {c1[1].turn_id, fix.turn_id}
+    assert store.superseded(Boundary("t1")) == {c1[1].turn_id, fix.turn_id}
+    assert store.superseded(Boundary("t1", ("c2",))) == set()
+    assert store.superseded(Boundary("t2")) == set()
+    assert [t.event_id for t in store.corrections("t1", "c1", c1[1].event_id)] == [fix.event_id]
+    assert [t.event_id for t in store.corrections("t1", "c1", fix.event_id)] == [fix2.event_id]
+    assert store.corrections("t1", "c1", c1[2].event_id) == []
+    [got] = store.turns_by_event("t1", fix2.event_id)
+    assert got.supersedes == fix.event_id and got.text == "c1 turn 1, corrected again"
+
+
+def test_pages_of_turns_follow_time_order_and_a_cursor_survives_new_turns(store):
+    from infra.turn_docs import micros
+
+    rows = [row(i, f"turn {i}", agent="a1" if i % 2 else "a2") for i in range(7)]
+    fix = _correction(rows[3], 20, "turn 3, corrected")
+    _put(store, [*rows, fix], {0: 8})
+    b = Boundary("t1", ("c1",))
+    first = store.page_turns(b, None, 3)
+    assert [t.event_id for t in first] == ["c1-s1-0", "c1-s1-1", "c1-s1-2"]
+    _put(store, [row(30, "a late turn, earlier in time", minutes=-5)], {0: 9})  # before the cursor: not on later pages
+    cursor = (micros(first[-1].occurred_at), first[-1].turn_id)
+    rest = store.page_turns(b, cursor, 100)
+    assert [t.event_id for t in rest] == ["c1-s1-4", "c1-s1-5", "c1-s1-6", "c1-s1-20"]  # the corrected turn 3 is left out
+    assert [t.event_id for t in store.page_turns(b, cursor, 100, include_superseded=True)][:2] == ["c1-s1-3", "c1-s1-4"]
+    agent = store.page_turns(Boundary("t1", ("c1",), agent_ids=("a1",)), None, 100)
+    assert [t.event_id for t in agent] == ["c1-s1-30", "c1-s1-1", "c1-s1-5", "c1-s1-20"]  # a1 (turn 3 is superseded)
+    assert store.page_turns(Boundary("t2"), None, 100) == []
+    assert store.turns_by_event("t1", "c1-s1-0", "c2") == [] and len(store.turns_by_event("t1", "c1-s1-0")) == 1
