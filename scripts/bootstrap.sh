@@ -15,11 +15,11 @@ PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
 CACHE=${MEMSTREAM_CACHE:-$HOME/.cache/memstream}
 WHEELS=$CACHE/wheels
 lock_hash=$(sha256sum requirements.lock | cut -c1-16)
-want=$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)
+want=$(cat requirements.lock pyproject.toml clients/python/pyproject.toml | sha256sum | cut -c1-16)
 STAMP=.venv/.memstream-lock
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && .venv/bin/python -c "import schemas, streams, services, infra" 2>/dev/null; then
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && .venv/bin/python -c "import schemas, streams, services, infra, memstream_client" 2>/dev/null; then
   exit 0
 fi
 
@@ -58,6 +58,7 @@ cp -al "$template" .venv 2>/dev/null || cp -a "$template" .venv
 grep -rlI --null "$template" .venv/bin .venv/pyvenv.cfg 2>/dev/null | while IFS= read -r -d '' f; do
   sed "s#$template#$ROOT/.venv#g" "$f" > "$f.new" && chmod --reference="$f" "$f.new" && mv "$f.new" "$f"
 done
-.venv/bin/pip install -q --no-index --no-deps --no-build-isolation -e .
+# memstream and its light client (clients/python: `memstream mcp` is a client of `memstream serve`).
+.venv/bin/pip install -q --no-index --no-deps --no-build-isolation -e . -e clients/python
 echo "$want" > "$STAMP"
 echo "bootstrap: .venv ready" >&2

@@ -1,0 +1,1 @@
+"""Drop-in surfaces of other memory libraries on memstream (`compat.mem0`)."""

@@ -1,0 +1,164 @@
+// A thin client for memstream's HTTP API. The request and result types are generated from the
+// checked-in OpenAPI document (docs/openapi.json -> src/api.d.ts, `npm run generate`), so they
+// follow the server; this file only adds the calls, retries and errors.
+//
+// Retries: 429 and 503 (the server says "later") and network failures are retried with
+// exponential back-off and full jitter, never sooner than a Retry-After the server sent. Every
+// call is safe to repeat: `add` gives each turn an event id before the first attempt (the views
+// keep one turn per id), a repeated forget forgets nothing more, reads change nothing.
+
+import { randomUUID } from "node:crypto";
+import type { components } from "./api.js";
+
+type Schemas = components["schemas"];
+export type SearchBody = Schemas["SearchBody"];
+export type SearchResponse = Schemas["SearchResponse"];
+export type Evidence = Schemas["Evidence"];
+export type TurnRef = Schemas["TurnRef"];
+export type TurnRecorded = Schemas["TurnRecorded"];
+export type EventsResult = Schemas["EventsResult"];
+export type ForgetBody = Schemas["ForgetBody"];
+export type ForgetResult = Schemas["ForgetResult"];
+export type Positions = Record<string, number>;
+
+/** A turn to add: only conversation_id, speaker and text are needed. */
+export type TurnInput = Partial<Omit<TurnRecorded, "type">> & Pick<TurnRecorded, "conversation_id" | "speaker" | "text">;
+
+export interface ClientOptions {
+  /** Default: $MEMSTREAM_URL, else http://127.0.0.1:8080. */
+  url?: string;
+  /** Default: $MEMSTREAM_API_KEY. */
+  apiKey?: string;
+  /** Attempts in all (1: no retry). */
+  attempts?: number;
+  baseDelayMs?: number;
+  maxDelayMs?: number;
+  timeoutMs?: number;
+  fetch?: typeof fetch;
+}
+
+/** An error answered by the API (its error shape), or a network failure (status 0). */
+export class MemstreamError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly code: string | null = null,
+    readonly details: unknown[] = [],
+    readonly requestId: string | null = null,
+  ) {
+    super(message);
+    this.name = "MemstreamError";
+  }
+}
+
+const RETRY_STATUSES = new Set([429, 503]);
+
+function retryAfterMs(value: string | null): number | null {
+  if (!value) return null;
+  const seconds = Number(value);
+  if (Number.isFinite(seconds)) return Math.max(0, seconds * 1000);
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? null : Math.max(0, at - Date.now());
+}
+
+function agentOf(speaker: string): string {
+  const cleaned = speaker.trim().replace(/[^A-Za-z0-9._:@-]/g, "-").slice(0, 200).replace(/^-+|-+$/g, "");
+  return cleaned || "agent";
+}
+
+export class MemstreamClient {
+  readonly url: string;
+  private readonly headers: Record<string, string>;
+  private readonly attempts: number;
+  private readonly baseDelayMs: number;
+  private readonly maxDelayMs: number;
+  private readonly timeoutMs: number;
+  private readonly fetchImpl: typeof fetch;
+
+  constructor(options: ClientOptions = {}) {
+    this.url = (options.url ?? process.env.MEMSTREAM_URL ?? "http://127.0.0.1:8080").replace(/\/+$/, "");
+    const key = options.apiKey ?? process.env.MEMSTREAM_API_KEY;
+    this.headers = { "Content-Type": "application/json", Accept: "application/json", "User-Agent": "memstream-client-ts/0.1.0" };
+    if (key) this.headers.Authorization = `Bearer ${key}`;
+    this.attempts = Math.max(1, options.attempts ?? 5);
+    this.baseDelayMs = options.baseDelayMs ?? 200;
+    this.maxDelayMs = options.maxDelayMs ?? 10_000;
+    this.timeoutMs = options.timeoutMs ?? 30_000;
+    this.fetchImpl = options.fetch ?? fetch;
+  }
+
+  private delay(retry: number, serverMs: number | null): number {
+    const jitter = Math.random() * Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** retry);
+    return serverMs === null ? jitter : Math.max(jitter, Math.min(serverMs, 300_000));
+  }
+
+  private async request<T>(method: string, path: string, body: unknown, ok: number[]): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      const last = attempt === this.attempts - 1;
+      let response: Response;
+      try {
+        response = await this.fetchImpl(this.url + path, {
+          method,
+          headers: this.headers,
+          body: body === undefined ? undefined : JSON.stringify(body),
+          signal: AbortSignal.timeout(this.timeoutMs),
+        });
+      } catch (error) {
+        if (last) throw new MemstreamError(`could not reach memstream at ${this.url}: ${String(error)}`, 0);
+        await new Promise((r) => setTimeout(r, this.delay(attempt, null)));
+        continue;
+      }
+      if (RETRY_STATUSES.has(response.status) && !last) {
+        await response.body?.cancel();
+        await new Promise((r) => setTimeout(r, this.delay(attempt, retryAfterMs(response.headers.get("retry-after")))));
+        continue;
+      }
+      const text = await response.text();
+      let parsed: unknown = text;
+      try {
+        parsed = text ? JSON.parse(text) : null;
+      } catch {
+        // not JSON: something between us and memstream answered
+      }
+      if (ok.includes(response.status)) return parsed as T;
+      const error = (parsed as { error?: { code?: string; message?: string; details?: unknown[]; request_id?: string } } | null)?.error;
+      throw new MemstreamError(
+        error?.message ?? `HTTP ${response.status}: ${text.slice(0, 300)}`,
+        response.status,
+        error?.code ?? null,
+        error?.details ?? [],
+        error?.request_id ?? response.headers.get("x-request-id"),
+      );
+    }
+  }
+
+  /** Publish turns; returns every item's fate and the positions to `wait` on. */
+  async add(turns: TurnInput | TurnInput[]): Promise<EventsResult> {
+    const events = (Array.isArray(turns) ? turns : [turns]).map((t) => ({
+      type: "TurnRecorded",
+      event_id: t.event_id ?? randomUUID(),
+      session_id: t.session_id ?? "default",
+      agent_id: t.agent_id ?? agentOf(t.speaker),
+      turn_index: t.turn_index ?? 0,
+      occurred_at: t.occurred_at ?? new Date().toISOString(),
+      ...t,
+    }));
+    return this.request<EventsResult>("POST", "/v1/events", events, [200, 207]);
+  }
+
+  /** Evidence for a question (zero LLM tokens), with provenance. */
+  async search(question: string, options: Partial<Omit<SearchBody, "question">> = {}): Promise<SearchResponse> {
+    return this.request<SearchResponse>("POST", "/v1/search", { ...options, question }, [200]);
+  }
+
+  /** Forget a conversation, session, turn (event_id) or agent; `wait(result.positions)` = complete. */
+  async forget(scope: Partial<ForgetBody>): Promise<ForgetResult> {
+    return this.request<ForgetResult>("POST", "/v1/forget", scope, [202]);
+  }
+
+  /** Resolves once every view has processed up to `positions`; rejects with status 504 after `timeoutSeconds`. */
+  async wait(positions: Positions, timeoutSeconds = 30): Promise<boolean> {
+    const result = await this.request<{ caught_up: boolean }>("POST", "/v1/wait", { positions, timeout_seconds: timeoutSeconds }, [200]);
+    return result.caught_up;
+  }
+}
