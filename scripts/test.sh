@@ -55,6 +55,25 @@ elif [ ! -f tests/browser/node_modules/.package-lock.json ] \
     || missing "npm ci in tests/browser failed (the dashboard browser test needs playwright-core)"
 fi
 
+# The TypeScript client (clients/typescript): typescript and openapi-typescript from npm, for its
+# build and its tests against a live `memstream serve` (tests/e2e/test_clients.py).
+if command -v npm >/dev/null 2>&1; then
+  if [ ! -f clients/typescript/node_modules/.package-lock.json ] \
+     || [ clients/typescript/package-lock.json -nt clients/typescript/node_modules/.package-lock.json ]; then
+    echo "test.sh: npm ci in clients/typescript" >&2
+    (cd clients/typescript && npm ci --no-audit --no-fund --prefer-offline >&2) \
+      || missing "npm ci in clients/typescript failed (the TypeScript client's test needs it)"
+  fi
+fi
+
+# mem0ai's release wheel (not installed: its source is read) for the Mem0-compatible surface's
+# signature test (tests/unit/test_mem0_signatures.py), pinned by hash, kept in the wheel cache.
+MEM0_WHEEL=${MEMSTREAM_CACHE:-$HOME/.cache/memstream}/wheels/mem0ai-2.2.1-py3-none-any.whl
+if [ ! -f "$MEM0_WHEEL" ]; then
+  .venv/bin/pip download -q --no-deps -d "$(dirname "$MEM0_WHEEL")" mem0ai==2.2.1 >&2 || missing "could not download mem0ai 2.2.1's wheel"
+fi
+if [ -f "$MEM0_WHEEL" ]; then export MEMSTREAM_MEM0_WHEEL=$MEM0_WHEEL; fi
+
 # Real servers: Kafka, OpenSearch, Neo4j + GDS and Qdrant (start.sh prints KAFKA_BOOTSTRAP=... /
 # OPENSEARCH_URL=... / NEO4J_URI=... / QDRANT_URL=..., exported below as MEMSTREAM_TEST_*; neo4j needs
 # a JDK >= 21, which start.sh finds beside the default JDK; qdrant is the native binary at
@@ -99,5 +118,6 @@ for server in $SERVERS; do
   esac
 done
 
-.venv/bin/python -m pytest "$@" && rc=0 || rc=$?
+# junit.xml: every test's duration, for the time each part of the suite costs.
+.venv/bin/python -m pytest --junitxml=test-artifacts/junit.xml "$@" && rc=0 || rc=$?
 exit "$rc"
