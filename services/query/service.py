@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from schemas.errors import BadRequest, NotFound
+from schemas.errors import BadRequest
 from schemas.ports.views import Boundary, read_scope
 from schemas.query import Evidence, SearchRequest, SearchResponse
 from services.query import baselines
@@ -59,8 +59,10 @@ class QueryService:
             raise BadRequest(f"strategy {request.strategy!r} is not available; available: {', '.join(self.strategies)}")
         boundary = self.boundary(request)
         units = self.views.store("hierarchy")
-        if not units.known_tenant(request.tenant_id):
-            raise NotFound(f"unknown tenant {request.tenant_id!r}: no events have been processed for it")
+        if not units.known_tenant(request.tenant_id):  # a new tenant's first recall: nothing yet, not an error
+            return SearchResponse(strategy=request.strategy, route=None, profile={}, evidence=[], budget_turns=request.max_turns,
+                                  backends={"hierarchy": units.backend}, timings_ms={"total": round((time.perf_counter() - t0) * 1000, 3)},
+                                  llm_tokens=0, notes=[f"tenant {request.tenant_id!r} holds no memory yet"])
         corpus = self.corpora.get(units, boundary)
         ctx = QueryContext(request, boundary, corpus, self.views, self.encoder, self.extractor)
         ctx.timings["corpus"] = (time.perf_counter() - t0) * 1000

@@ -65,12 +65,14 @@ OTHER_TENANT = "fuzz-other"
 CONVERSATION, SESSIONS, AGENTS = "lisbon-trip", ("s1", "s2"), ("ada", "planner")
 
 OPEN = {"GET /healthz", "GET /dashboard", "POST /dashboard/session", "DELETE /dashboard/session", "GET /dashboard/assets/{name}"}
-READER = {"POST /v1/wait", "GET /v1/status", "POST /v1/search", "POST /v1/answer"}
+READER = {"POST /v1/wait", "GET /v1/status", "POST /v1/search", "POST /v1/answer", "GET /v1/turns", "GET /v1/turns/{event_id}",
+          "GET /v1/turns/{event_id}/history"}
 WRITER = READER | {"POST /v1/events", "POST /v1/forget", "GET /v1/export"}
 ADMIN = WRITER | {"GET /metrics", "GET /v1/ops/snapshot", "GET /v1/dead-letters", "POST /v1/admin/projections/{name}/pause",
                   "POST /v1/admin/projections/{name}/resume", "GET /v1/admin/keys", "POST /v1/admin/keys",
                   "POST /v1/admin/keys/{key_id}/revoke", "POST /v1/admin/keys/{key_id}/rotate", "GET /v1/admin/audit"}
 OPERATIONS = sorted(OPEN | ADMIN)
+SAMPLE_EVENT_IDS = [item["event_id"] for item in sample_items()[:4]]
 MAY_CALL = {"none": OPEN, "reader": OPEN | READER, "writer": OPEN | WRITER, "admin": OPEN | ADMIN}
 
 
@@ -311,6 +313,12 @@ def fuzz_hooks(victims: dict, admin_key: str) -> HookDispatcher:
         return st.just(body)
 
     def flatmap_query(context, query):
+        if query and "conversation_id" in query:  # the sample's conversation, 3 times in 4
+            query = dict(query)
+            choice = st.sampled_from([CONVERSATION] * 3 + [query["conversation_id"]])
+            if "tenant_id" in query:
+                return st.tuples(TENANT_CHOICE, choice).map(lambda c: {**with_tenant(query, c[0]), "conversation_id": c[1]})
+            return choice.map(lambda c: {**query, "conversation_id": c})
         if query and "tenant_id" in query:
             return TENANT_CHOICE.map(lambda c: with_tenant(query, c))
         return st.just(query)
@@ -321,6 +329,8 @@ def fuzz_hooks(victims: dict, admin_key: str) -> HookDispatcher:
         if "key_id" in params:
             victim = victims["revoke" if path.endswith("/revoke") else "rotate"]
             return st.sampled_from([victim] * 4 + [params["key_id"]]).map(lambda v: {**params, "key_id": v})
+        if "event_id" in params:  # the sample's turns, or what was generated
+            return st.sampled_from([*SAMPLE_EVENT_IDS, params["event_id"]]).map(lambda v: {**params, "event_id": v})
         if "name" in params and path.startswith("/v1/admin/projections"):
             return st.sampled_from([*VIEW_NAMES, params["name"]]).map(lambda v: {**params, "name": v})
         if "name" in params and path.startswith("/dashboard/assets"):

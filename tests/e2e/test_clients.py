@@ -20,39 +20,12 @@ from pathlib import Path
 import pytest
 
 from memstream_client import AsyncClient, Attachment, AuthenticationError, BadRequest, Client, PermissionDenied, Turn
+from tests.e2e.conftest import OTHER, TENANT
 from tests.integration import servers
 
 pytestmark = pytest.mark.e2e
 BIN = Path(sys.executable).with_name("memstream")
 REPO = Path(__file__).resolve().parents[2]
-TENANT, OTHER = "acme", "globex"
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """One `memstream serve` for the module, with a writer and a reader of `acme`, a writer of
-    `globex` and an admin key."""
-    work = tmp_path_factory.mktemp("clients")
-    with servers.memstream_serve(work) as s:
-        env = servers.embedded_env(s.data_dir)
-        s.keys = {"writer": servers.cli_key(s.data_dir, "writer", TENANT, env=env)["key"],
-                  "reader": servers.cli_key(s.data_dir, "reader", TENANT, env=env)["key"],
-                  "other": servers.cli_key(s.data_dir, "writer", OTHER, env=env)["key"],
-                  "admin": s.admin_key["key"]}
-        deadline = time.monotonic() + 30  # keys reach the server within its refresh bound
-        while not _works(s.url, s.keys["writer"]):
-            assert time.monotonic() < deadline, "the new keys were never accepted"
-            time.sleep(0.2)
-        yield s
-
-
-def _works(url: str, key: str) -> bool:
-    try:
-        with Client(url, key) as c:
-            c.status()
-        return True
-    except AuthenticationError:
-        return False
 
 
 def _turns(conversation: str, texts: list[str], **kw) -> list[Turn]:
