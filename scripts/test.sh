@@ -28,6 +28,12 @@ if ! command -v kcat >/dev/null 2>&1; then
   apt_install kcat || { $sudo apt-get update -qq >/dev/null 2>&1 && apt_install kcat; } || missing "could not install kcat with apt-get"
 fi
 
+# jq: the README's curl example picks the positions out with it (tests/e2e/test_readme_examples.py).
+if ! command -v jq >/dev/null 2>&1; then
+  echo "test.sh: installing jq with apt-get" >&2
+  apt_install jq || { $sudo apt-get update -qq >/dev/null 2>&1 && apt_install jq; } || missing "could not install jq with apt-get"
+fi
+
 # prometheus + promtool: config/alert checks and a real scrape (tests/integration/test_prometheus.py).
 # The tests start their own prometheus on a free port; a system service the package may start is not used
 # (--no-install-recommends: no prometheus-node-exporter service either).

@@ -10,10 +10,12 @@ from typing import Any, AsyncIterator, Iterator
 
 import httpx
 
+from memstream_client.errors import WaitTimeout
 from memstream_client._http import Call, Operations, RetryPolicy, Settings, events_of, outcome, request_kwargs, retry_after, transport_error
 from memstream_client.models import AddResult, AnswerResult, ForgetResult, Positions, SearchResult, Status, StoredTurn, TurnHistory, TurnPage
 
 SearchOptions = dict[str, Any]
+MAX_WAIT = 300.0  # the API's longest single wait
 
 
 def _search_options(conversation_id, session_id, agent_id, since, until, as_of, strategy, k, max_turns, tenant_id) -> SearchOptions:
@@ -107,8 +109,16 @@ class Client:
 
     def wait(self, positions: Positions, timeout: float = 30.0) -> bool:
         """Block until every view has processed up to `positions` (read-your-writes); raises
-        WaitTimeout if that takes longer than `timeout` seconds."""
-        return self._send(self._ops.wait(positions, timeout))
+        WaitTimeout if that takes longer than `timeout` seconds (longer waits than the API's
+        300 s per request are several requests)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            chunk = min(MAX_WAIT, max(0.0, deadline - time.monotonic()))
+            try:
+                return self._send(self._ops.wait(positions, chunk))
+            except WaitTimeout:
+                if time.monotonic() >= deadline - 0.01:
+                    raise
 
     def status(self) -> Status:
         return self._send(self._ops.status())
@@ -209,7 +219,14 @@ class AsyncClient:
                                                                  tenant_id)))
 
     async def wait(self, positions: Positions, timeout: float = 30.0) -> bool:
-        return await self._send(self._ops.wait(positions, timeout))
+        deadline = time.monotonic() + timeout
+        while True:
+            chunk = min(MAX_WAIT, max(0.0, deadline - time.monotonic()))
+            try:
+                return await self._send(self._ops.wait(positions, chunk))
+            except WaitTimeout:
+                if time.monotonic() >= deadline - 0.01:
+                    raise
 
     async def status(self) -> Status:
         return await self._send(self._ops.status())
