@@ -5,7 +5,8 @@ It loads no model and opens no store: every tool is one or two calls of the HTTP
 the key is MEMSTREAM_API_KEY (the agent host starts this process with it); over streamable HTTP
 each request's own `Authorization: Bearer …` header is passed through (the MCP server holds no
 key of its own). A refusal of the API (a bad key, another tenant, invalid arguments) comes back
-as an MCP tool error with the API's status, code and message; the server keeps running.
+as an MCP tool error whose text is the API's error shape (`{"error": {"status", "code", "message",
+"details", "request_id"}}`); the server keeps running.
 
 The HTTP transport binds to loopback unless told otherwise and validates `Host` and `Origin`
 (DNS-rebinding protection): only the loopback names, plus the origins given with
@@ -17,6 +18,7 @@ offset), session, session date (`occurred_at`) and speaker.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections import OrderedDict
@@ -164,8 +166,9 @@ def build_server(url: str | None = None, api_key: str | None = None):
         client = await clients.get(ctx)
         try:
             return await fn(client)
-        except MemstreamError as exc:
-            raise ToolError(f"memstream refused the call: {exc}") from None
+        except MemstreamError as exc:  # the API's one error shape, as the tool error's text (plus the HTTP status)
+            raise ToolError(json.dumps({"error": {"status": exc.status, "code": exc.code or "unavailable", "message": exc.message,
+                                                  "details": exc.details, "request_id": exc.request_id}}, default=str)) from None
 
     @server.tool()
     async def add_memory(conversation_id: ID, turns: Annotated[list[TurnIn], Field(min_length=1, max_length=1000)],

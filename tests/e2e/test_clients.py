@@ -301,7 +301,7 @@ async def _mcp_round_trip(session, other_key_error) -> None:
     assert not again.is_error and not [t for e in again.structured_content["evidence"] for t in e["turns"] if "flowerpot" in t["text"]]
     # refusals come back as tool errors, and the server lives on
     other = await session.call_tool("search_memory", {"question": "anything", "tenant_id": OTHER})
-    assert other.is_error and "403" in other.content[0].text
+    assert other.is_error and json.loads(other.content[0].text.split(": ", 1)[1])["error"]["status"] == 403, other.content
     bad = await session.call_tool("search_memory", {"question": "", "max_turns": 10_000})
     assert bad.is_error
     bad = await session.call_tool("add_memory", {"conversation_id": conversation, "turns": []})
