@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memstream_client import AsyncClient, Turn  # noqa: E402
+from memstream_client import AsyncClient  # noqa: E402
 from report import write_report  # noqa: E402
 from streams.sources import locomo  # noqa: E402
 from tests.integration import servers  # noqa: E402

@@ -115,7 +115,7 @@ async def post_events(request: Request, principal: Writer):
         return JSONResponse(error_body("unavailable", "the event log is unavailable; nothing was appended; retry", out["items"]),
                             status_code=503, headers={"Retry-After": "1"})
     if codes == {409}:
-        return JSONResponse(error_body("forgotten", f"every event of the request was forgotten before (a forgotten event id is refused "
+        return JSONResponse(error_body("forgotten", "every event of the request was forgotten before (a forgotten event id is refused "
                                                     "forever; new memory needs new event ids); nothing was appended", out["items"]), status_code=409)
     if codes == {403}:
         return JSONResponse(error_body("forbidden", f"none of the {len(results)} event(s) may be published with this key; "

@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import datetime
-from typing import Any, AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator
 
 import httpx
 
 from memstream_client.errors import WaitTimeout
 from memstream_client._http import Call, Operations, RetryPolicy, Settings, events_of, outcome, request_kwargs, retry_after, transport_error
 from memstream_client.models import AddResult, AnswerResult, ForgetResult, Positions, SearchResult, Status, StoredTurn, TurnHistory, TurnPage
+
+if TYPE_CHECKING:
+    from memstream_client.batch import AsyncBatch, Batch
 
 SearchOptions = dict[str, Any]
 MAX_WAIT = 300.0  # the API's longest single wait
