@@ -337,6 +337,11 @@ class Registry:
     def lock_path(self, view: ViewName, generation: int) -> Path:
         return self.view_dir(view, generation) / "writer.lock"
 
+    def single_machine(self) -> bool:
+        """Whether every process of the deployment runs on this machine (the embedded log), so a
+        file lock tells whether a generation is being built."""
+        return _scheme(self.settings.log.url, "log")[0] == "sqlite"
+
     def shared_writers(self, view: ViewName) -> bool:
         """Whether several processes may write this view at once: yes when a Kafka consumer group
         splits the partitions between them and the store is a server (each write names its own
@@ -353,6 +358,13 @@ class Registry:
 
     # -- models --------------------------------------------------------------------------
     def encoder(self):
+        if self._encoder is None and self.settings.encoder.model.startswith("hashing"):
+            from infra.models.fast import HashingEncoder  # the declared fast path (tests, benchmarks): not a language model
+
+            dim = self.settings.encoder.model.removeprefix("hashing").lstrip("-")
+            if dim and not dim.isdigit():
+                raise ConfigurationError(f"encoder model {self.settings.encoder.model!r}: expected hashing or hashing-<dim>")
+            self._encoder = HashingEncoder(int(dim) if dim else 256)
         if self._encoder is None:
             from infra.models.flagembedding import FlagEmbeddingEncoder
 
@@ -362,6 +374,10 @@ class Registry:
         return self._encoder
 
     def extractor(self):
+        if self._extractor is None and self.settings.ner.model == "lexicon":
+            from infra.models.fast import LexiconExtractor  # the declared fast path (tests, benchmarks): not a language model
+
+            self._extractor = LexiconExtractor()
         if self._extractor is None:
             from infra.models.spacy import SpacyEntityExtractor
 

