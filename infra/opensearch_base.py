@@ -52,6 +52,7 @@ from opensearchpy import OpenSearch, helpers
 from opensearchpy import exceptions as os_exc
 
 from infra.turn_docs import doc_turn, ledger_dump, micros, turn_doc
+from schemas import faults
 from schemas.errors import MemstreamError, StoreError, TransientError
 from schemas.ordering import order_turns
 from schemas.ports.views import Boundary, ChangeSet, Forget, Positions, TurnRow, ViewName, once_per_request
@@ -466,6 +467,7 @@ class OpenSearchViewBase:
     def _commit(self, touched: set[tuple[str, str]], positions: Positions, change: ChangeSet | None = None) -> None:
         """Make the change set visible, record the erasure it needs (if it forgets or deletes
         turns), bump versions, then record the positions (last)."""
+        faults.hit("view-written")  # crash tests (schemas/faults.py): documents written, positions not
         client = self._os()
         client.indices.refresh(index=f"{self.index},{self.ledger_index}")
         if change is not None and (change.forgets or change.delete_turns):

@@ -42,6 +42,7 @@ from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from infra.turn_docs import doc_turn, ledger_dump, micros, turn_doc
+from schemas import faults
 from schemas.errors import MemstreamError, StoreError, TransientError
 from schemas.ordering import order_turns
 from schemas.ports.views import Boundary, Forget, Positions, TurnRow, ViewName, once_per_request
@@ -425,6 +426,7 @@ class QdrantViewBase:
 
     def _commit(self, touched: set[tuple[str, str]], positions: Positions) -> None:
         """Bump the touched conversations' versions, then record the positions (last)."""
+        faults.hit("view-written")  # crash tests (schemas/faults.py): points written, positions not
         client = self._qd()
         if touched:
             ids = [_conv_point(t, c) for t, c in sorted(touched)]

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from schemas import faults
 from schemas.errors import StoreError, TransientError
 from schemas.ordering import order_turns
 from schemas.ports.views import Boundary, ChangeSet, Forget, Positions, TurnRow, ViewName, once_per_request
@@ -230,6 +231,7 @@ class SqliteViewBase:
         return self._conn().execute("SELECT 1 FROM turns WHERE tenant_id=? LIMIT 1", (tenant_id,)).fetchone() is not None
 
     def _write_positions(self, c: sqlite3.Connection, positions: Positions) -> None:
+        faults.hit("view-written")  # crash tests (schemas/faults.py): the view's rows written, the positions not
         c.executemany(
             "INSERT INTO positions VALUES (?,?) ON CONFLICT(partition) DO UPDATE SET next_offset=excluded.next_offset",
             list(positions.items()),

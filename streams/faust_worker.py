@@ -30,6 +30,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from schemas import faults
 from schemas.ports.event_log import LogRecord
 from schemas.ports.views import ViewName
 from streams.pipeline import Pipeline
@@ -94,6 +95,7 @@ def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *
                 runner.commit_group = False  # faust commits the group, after this batch is written
                 try:
                     await runner.process(records)
+                    faults.hit("position-written")  # crash tests (schemas/faults.py): written, not acked to Kafka
                 except Exception:  # noqa: BLE001 - the runner already isolates bad records; keep the agent alive
                     log.exception("view=%s batch failed; it will be redelivered", view)
                     raise

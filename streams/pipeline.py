@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
+from schemas import faults
 from schemas.errors import ConfigurationError, MemstreamError
 from schemas.ports.event_log import EventLog
 from schemas.ports.views import VIEW_NAMES, Positions, ViewCatalog, ViewName
@@ -349,6 +350,7 @@ class Pipeline:
         whatever a forget had left in it (nothing, once the forget was processed) gone with it."""
         for old in self.catalog.retired(view):
             self.backends.drop_view(view, old)
+        self._drop_abandoned_builds(view)
         generation = self.catalog.new_generation(view)
         lock = _WriterLock(self.backends.lock_path(view, generation))
         lock.acquire(view)
@@ -364,13 +366,33 @@ class Pipeline:
         finally:
             await asyncio.to_thread(store.close)
             lock.release()
+        faults.hit("replay-built")  # crash tests (schemas/faults.py): built, not switched
         self.catalog.activate(view, generation)
+        faults.hit("replay-switched")  # switched, the old generation not dropped yet
         if view in self._live:
             await self._follow_catalog(self._live[view])
         await asyncio.sleep(self.config.retire_grace_seconds)
         for old in self.catalog.retired(view):
             self.backends.drop_view(view, old)
         return generation
+
+    def _drop_abandoned_builds(self, view: ViewName) -> None:
+        """A generation still `building` whose writer lock nobody holds was left by a replay that
+        died (a crash, a kill): nobody will finish it, so its storage is reclaimed. Only where the
+        lock can tell (one machine); a distributed deployment's operator drops one by hand."""
+        if not self.backends.single_machine():
+            return
+        for generation in self.catalog.building(view):
+            lock = _WriterLock(self.backends.lock_path(view, generation))
+            try:
+                lock.acquire(view)
+            except ViewBusy:
+                continue  # another replay is building it right now
+            try:
+                log.warning("view=%s dropping generation %d, left half-built by a replay that did not finish", view, generation)
+                self.backends.drop_view(view, generation)
+            finally:
+                lock.release()
 
     # -- status --------------------------------------------------------------------------
     async def status(self) -> list[ViewStatus]:

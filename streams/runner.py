@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
+from schemas import faults
 from schemas.errors import TransientError
 from schemas.ports.event_log import EventLog, LogRecord
 from schemas.ports.views import Positions
@@ -112,6 +113,8 @@ class ProjectionRunner:
                 records.extend(await self.log.read(self.topic, p, start, max_records=self.batch_size))
         async with self._lock:
             result = await self._process_new(records)
+        if result.records:
+            faults.hit("position-written")  # crash tests (schemas/faults.py): view and positions written, the group not committed
         if result.records and self.commit_group:
             await self.log.commit(self.group, self.topic, self._positions or {})
         return result
@@ -162,6 +165,8 @@ class ProjectionRunner:
                 steps, consumed = await asyncio.to_thread(self.projection.handle, remaining)
                 dead += await self._apply(steps, await self.positions())
                 remaining = remaining[consumed:]
+                if remaining:
+                    faults.hit("mid-batch")  # crash tests: some of the batch's steps applied, not all
                 backoff = 0.5
             except TransientError as exc:
                 self.metrics.batch_failed(self.view, exc)

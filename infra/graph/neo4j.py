@@ -89,6 +89,7 @@ from neo4j import exceptions as neo_exc
 
 from infra.neo4j_base import connect, drop_generation_data, ensure_schema, projection_prefix, props_to_turn, translated, turn_props, utc
 from infra.turn_docs import ledger_dump
+from schemas import faults
 from schemas.errors import MemstreamError, StoreError
 from schemas.ordering import order_turns
 from schemas.ports.graph import EntityMatch, GraphChangeSet, SentenceIncidence
@@ -275,6 +276,7 @@ class Neo4jGraphStore:
                 tx.run("UNWIND $rows AS r MATCH (a:Context {gen: $gen, turn_id: r[0]}) MATCH (b:Context {gen: $gen, turn_id: r[1]}) "
                        "MERGE (a)-[n:NEXT]->(b) SET n.session_id = $session", rows=chunk, gen=gen, session=session).consume()
             touched.add((tenant, conv))
+        faults.hit("view-written")  # crash tests (schemas/faults.py): the transaction holds the view's writes, not the positions
         tx.run("UNWIND $rows AS r MERGE (p:MemstreamPosition {view: $view, gen: $gen, partition: r[0]}) SET p.next_offset = r[1]",
                rows=[[int(p), int(o)] for p, o in positions.items()], view=VIEW, gen=gen).consume()
         tx.run("UNWIND $rows AS r MERGE (v:MemstreamVersion {view: $view, gen: $gen, tenant_id: r[0], conversation_id: r[1]}) "

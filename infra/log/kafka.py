@@ -177,6 +177,11 @@ class KafkaEventLog:
             raise LogError("a topic needs at least one partition")
         admin = self._ready()[0]
         config = dict(TOPIC_CONFIG)
+        if self.replication_factor >= 3:
+            # With acks=all an append is acknowledged once this many replicas have it: one broker
+            # may be lost without losing an acknowledged event, and appends stop (retriable) when
+            # fewer are in sync rather than go on with one copy.
+            config["min.insync.replicas"] = str(self.replication_factor - 1)
         if retention_seconds is not None:
             # Records older than this are deleted; a segment is deleted whole, so segments roll at
             # the same age (the bound is then twice this, plus the broker's retention check interval).
