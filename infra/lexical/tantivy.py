@@ -202,6 +202,27 @@ class TantivyLexicalIndex:
              d.occurred_to.isoformat(), d.text) for d in change.upsert_docs])
         return removed
 
+    @classmethod
+    def restore(cls, directory: str | Path, generation: int) -> bool:
+        """Bring back a generation from its ledger alone — what a backup keeps (services/backup.py):
+        the index is written afresh from the docs table. False when the generation keeps no docs
+        table (it predates it): then a replay must rebuild it."""
+        ledger = _Ledger(Path(directory) / "ledger.sqlite", generation)
+        try:
+            if ledger.meta("docs") != "1":
+                return False
+            with ledger._lock, ledger._tx() as c:  # the backup has no index directory: start from an empty one
+                c.execute("INSERT OR REPLACE INTO meta VALUES ('index_dir', ?)", (_FIRST_DIR,))
+        finally:
+            ledger.close()
+        index = cls(directory, generation)
+        try:
+            with index._lock:
+                index._rebuild(index.positions())
+        finally:
+            index.close()
+        return True
+
     def _rebuild(self, positions: Positions) -> None:
         """Write a fresh index from the docs table into a new directory, switch the pointer and
         the positions in one transaction, delete the old directory."""
