@@ -113,3 +113,16 @@ class Ambiguous(MemstreamError):
 
     code = "ambiguous"
     http_status = 409
+
+
+class ViewUnavailable(TransientError):
+    """A view's store cannot be read right now (its server is down or refusing): queries fall back
+    to a strategy without it where one exists, else answer 503 naming it."""
+
+    code = "view_unavailable"
+    http_status = 503
+
+    def __init__(self, view: str, reason: str):
+        super().__init__(f"the {view} view is unavailable: {reason}")
+        self.view = view
+        self.reason = reason

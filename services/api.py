@@ -167,7 +167,7 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
         if isinstance(exc, RateLimited):
             headers["Retry-After"] = str(int(exc.retry_after))
         elif isinstance(exc, TransientError):
-            headers["Retry-After"] = "1"
+            headers["Retry-After"] = "5" if exc.code == "view_unavailable" else "1"  # a store restarting takes seconds
         if exc.http_status == 401:
             headers["WWW-Authenticate"] = 'Bearer realm="memstream"'
         if exc.http_status >= 500:

@@ -17,6 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
+from schemas.errors import StoreError, TransientError, ViewUnavailable
 from schemas.keyindex import KeyIndex
 from schemas.ports.views import Boundary
 from schemas.query import SearchRequest
@@ -42,6 +43,31 @@ class Ranking:
     notes: list[str] = field(default_factory=list)
 
 
+class Guarded:
+    """A view's store as the query side reads it: a store that cannot answer (its server down,
+    refusing, timing out) raises ViewUnavailable naming the view, which the query service answers
+    with a fallback strategy or a 503 (services/query/service.py)."""
+
+    __slots__ = ("_store", "_view")
+
+    def __init__(self, store, view: str):
+        self._store, self._view = store, view
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._store, name)
+        if not callable(attr):
+            return attr
+        view = self._view
+
+        def call(*args, **kwargs):
+            try:
+                return attr(*args, **kwargs)
+            except (TransientError, StoreError) as exc:
+                raise ViewUnavailable(view, str(exc).splitlines()[0][:300]) from exc
+
+        return call
+
+
 class QueryContext:
     def __init__(self, request: SearchRequest, boundary: Boundary, corpus: Corpus, views, encoder, extractor=None):
         self.extractor = extractor
@@ -63,9 +89,12 @@ class QueryContext:
             self.timings[stage] = self.timings.get(stage, 0.0) + (time.perf_counter() - t0) * 1000
 
     def store(self, view: str):
-        s = self.views.store(view)
+        try:
+            s = self.views.store(view)  # (reads the view's catalog, which may live on the same server)
+        except (TransientError, StoreError) as exc:
+            raise ViewUnavailable(view, str(exc).splitlines()[0][:300]) from exc
         self.backends[view] = s.backend
-        return s
+        return Guarded(s, view)
 
     # -- the question ----------------------------------------------------------------------
     def prefetch_question(self) -> None:

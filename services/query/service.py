@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from schemas.errors import BadRequest
+from schemas.errors import BadRequest, StoreError, TransientError, ViewUnavailable
 from schemas.ports.views import Boundary, read_scope
 from schemas.query import Evidence, SearchRequest, SearchResponse
 from services.query import baselines
-from services.query.context import Candidate, QueryContext, Ranking
+from services.query.context import Candidate, Guarded, QueryContext, Ranking
 from services.query.corpus import Corpus, CorpusCache
 
 StrategyFn = Callable[[QueryContext], Ranking]
@@ -58,27 +58,57 @@ class QueryService:
         if strategy is None:
             raise BadRequest(f"strategy {request.strategy!r} is not available; available: {', '.join(self.strategies)}")
         boundary = self.boundary(request)
-        units = self.views.store("hierarchy")
+        try:
+            raw = self.views.store("hierarchy")
+        except (TransientError, StoreError) as exc:
+            raise ViewUnavailable("hierarchy", str(exc).splitlines()[0][:300]) from exc
+        units = Guarded(raw, "hierarchy")  # no fallback without it: a 503 naming it
         if not units.known_tenant(request.tenant_id):  # a new tenant's first recall: nothing yet, not an error
             return SearchResponse(strategy=request.strategy, route=None, profile={}, evidence=[], budget_turns=request.max_turns,
                                   backends={"hierarchy": units.backend}, timings_ms={"total": round((time.perf_counter() - t0) * 1000, 3)},
                                   llm_tokens=0, notes=[f"tenant {request.tenant_id!r} holds no memory yet"])
-        corpus = self.corpora.get(units, boundary)
-        ctx = QueryContext(request, boundary, corpus, self.views, self.encoder, self.extractor)
-        ctx.timings["corpus"] = (time.perf_counter() - t0) * 1000
-        ctx.backends["hierarchy"] = units.backend
-        if corpus.n == 0:
-            ranking = Ranking([], notes=["the boundary holds no turns"])
-        else:
-            ranking = strategy(ctx)
+        try:
+            corpus = self.corpora.get(raw, boundary)  # (the cache keys on the store itself)
+        except (TransientError, StoreError) as exc:
+            raise ViewUnavailable("hierarchy", str(exc).splitlines()[0][:300]) from exc
+        used, notes, down = request.strategy, [], set()
+        while True:
+            ctx = QueryContext(request, boundary, corpus, self.views, self.encoder, self.extractor)
+            ctx.timings["corpus"] = (time.perf_counter() - t0) * 1000
+            ctx.backends["hierarchy"] = units.backend
+            try:
+                ranking = Ranking([], notes=["the boundary holds no turns"]) if corpus.n == 0 else self.strategies[used](ctx)
+                break
+            except ViewUnavailable as exc:
+                down.add(exc.view)
+                fallback = fallback_for(used, down)
+                if exc.view == "hierarchy" or fallback is None or fallback not in self.strategies:
+                    raise ViewUnavailable(", ".join(sorted(down)), exc.reason) from exc
+                notes.append(f"the {exc.view} view is unavailable ({exc.reason}); answered with {fallback} instead of {used}")
+                used = fallback
         with ctx.timed("evidence"):
             evidence = assemble(corpus, ranking.candidates, request.max_turns)
         ctx.timings["total"] = (time.perf_counter() - t0) * 1000
         return SearchResponse(
-            strategy=request.strategy, route=ranking.route, profile=getattr(ctx, "profile_dict", {}), evidence=evidence,
+            strategy=used, route=ranking.route, profile=getattr(ctx, "profile_dict", {}), evidence=evidence,
             budget_turns=request.max_turns, backends=ctx.backends, timings_ms={k: round(v, 3) for k, v in ctx.timings.items()},
-            llm_tokens=0, notes=ranking.notes,
+            llm_tokens=0, notes=[*notes, *ranking.notes],
         )
+
+
+# Which views each strategy reads besides the hierarchy (its corpus), and what answers without a
+# missing one: the graph view's absence leaves the hierarchy view; then BM25 or dense alone.
+VIEWS_READ = {
+    "zero-mem": {"graph", "lexical", "dense"}, "graph-only": {"graph", "lexical", "dense"}, "no-closure": {"graph", "lexical", "dense"},
+    "no-calibration": {"graph", "lexical", "dense"}, "hierarchy-only": {"lexical", "dense"}, "hybrid-rrf": {"lexical", "dense"},
+    "raw-rag": {"dense"}, "pyramid": {"lexical", "dense"}, "bm25": {"lexical"}, "dense": {"dense"},
+}
+FALLBACKS = ("hierarchy-only", "bm25", "dense")
+
+
+def fallback_for(strategy: str, down: set[str]) -> str | None:
+    """The first fallback that reads none of the views that are down (None: there is none)."""
+    return next((f for f in FALLBACKS if f != strategy and not VIEWS_READ.get(f, set()) & down), None)
 
 
 def default_strategies() -> dict[str, StrategyFn]:

@@ -26,6 +26,7 @@ from typing import Mapping
 import numpy as np
 import scipy.sparse as sp
 
+from schemas.errors import ViewUnavailable
 from schemas.text import normalize_entity
 from schemas.units import entity_id
 from services.query.analysis import keyword_words, stem, stop_words, tokens
@@ -163,7 +164,11 @@ class ZeroMem:
         with self.ctx.timed("profile"):
             if self.cfg.question_entities == "lexicon" or self.ctx.extractor is None:
                 b = self.ctx.boundary
-                mentions = lexicon_mentions(q, b.tenant_id, self.ctx.store("graph").entity_labels(b))
+                try:
+                    labels = self.ctx.store("graph").entity_labels(b)
+                except ViewUnavailable:  # the graph view is down: the profile goes without its names (the service falls back)
+                    labels = {}
+                mentions = lexicon_mentions(q, b.tenant_id, labels)
             else:
                 mentions = [(m.text, m.label, m.start, m.end) for m in self.ctx.extractor.analyze([q])[0].mentions]
             as_of = self.ctx.request.as_of or (max(self.corpus.occurred) if self.corpus.occurred else None)
@@ -199,12 +204,16 @@ class ZeroMem:
         """Per turn: can it answer a date / number / place / person question? From the graph
         view's NER labels and calendar/number words. Independent of the question, so cached on
         the corpus until the graph view changes."""
-        graph, b, c = self.ctx.store("graph"), self.ctx.boundary, self.corpus
-        version = (graph.generation, *(graph.conversation_version(b.tenant_id, conv) for conv in (b.conversation_ids or (None,))))
-        cached = getattr(c, "_type_flags", None)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        mentions = graph.context_mentions(b)  # per turn: (entity id, label)
+        b, c = self.ctx.boundary, self.corpus
+        try:
+            graph = self.ctx.store("graph")
+            version = (graph.generation, *(graph.conversation_version(b.tenant_id, conv) for conv in (b.conversation_ids or (None,))))
+            cached = getattr(c, "_type_flags", None)
+            if cached is not None and cached[0] == version:
+                return cached[1]
+            mentions = graph.context_mentions(b)  # per turn: (entity id, label)
+        except ViewUnavailable:  # the graph view is down: calendar and number words only (not cached)
+            version, mentions = None, {}
         speakers = {entity_id(b.tenant_id, normalize_entity(s)) for s in c.speakers}
         flags = {k: np.zeros(self.n) for k in ("date", "number", "place", "person")}
         for i, t in enumerate(c.turns):
@@ -220,7 +229,8 @@ class ZeroMem:
                 if lab == "PERSON" and eid in speakers:
                     continue
                 flags.setdefault("label:" + lab, np.zeros(self.n))[i] = 1.0
-        c._type_flags = (version, flags)
+        if version is not None:
+            c._type_flags = (version, flags)
         return flags
 
     @property
@@ -370,11 +380,14 @@ class ZeroMem:
     def _keyword_nodes(self) -> list[str]:
         """The question's keyword nodes (by stem, speakers' names left out) present in the
         boundary; needs no vector, so it is found while the encoder runs."""
-        graph, b = self.ctx.store("graph"), self.ctx.boundary
+        b = self.ctx.boundary
         speakers = {w for s in self.corpus.speakers for w in normalize_entity(s).split()}
         words = [w for w in keyword_words(self.profile.question) if w not in speakers]
         ids = {entity_id(b.tenant_id, "kw:" + s): s for s, w in zip(stem(words), words) if len(s) > 2 and not w.isdigit()}
-        return sorted(graph.present(b, list(ids)))
+        try:
+            return sorted(self.ctx.store("graph").present(b, list(ids)))
+        except ViewUnavailable:  # the graph view is down: only its own modes need these (they fail over later)
+            return []
 
     def _propagate(self, eta: dict[str, float]) -> tuple[list[str], np.ndarray]:
         """Eq. 9: an entity gains activation when it shares query-relevant sentences with an
@@ -458,7 +471,7 @@ class ZeroMem:
         rho = self.cfg.rho
         return rho * mm(primary) + (1 - rho) * mm(secondary)
 
-    def closure(self, order: list[int]) -> dict[int, float]:
+    def closure(self, order: list[int], mode: str = "zero-mem") -> dict[int, float]:
         """Eq. 14: contexts bridged to the top of M(q) through shared entities (a PPR seeded on
         them, speakers excluded since every turn of a speaker shares them), and optionally
         neighbouring turns. Returns bounded score bonuses."""
@@ -468,9 +481,14 @@ class ZeroMem:
         if cfg.closure_graph and seeds:
             with self.ctx.timed("closure"):
                 reset = {corpus.turns[i].unit_id: 1.0 / len(seeds) for i in seeds}
-                pi = self.ctx.store("graph").personalized_pagerank(
-                    self.ctx.boundary, reset, cfg.closure_gamma, adjacency_weight=cfg.adjacency_weight,
-                    exclude_labels=("SPEAKER",), max_iterations=cfg.closure_iterations)
+                try:
+                    pi = self.ctx.store("graph").personalized_pagerank(
+                        self.ctx.boundary, reset, cfg.closure_gamma, adjacency_weight=cfg.adjacency_weight,
+                        exclude_labels=("SPEAKER",), max_iterations=cfg.closure_iterations)
+                except ViewUnavailable:
+                    if mode != "hierarchy-only":
+                        raise  # a graph mode: the service falls back to hierarchy-only
+                    pi = {}  # hierarchy-only with the graph view down: neighbours only (its own fallback)
                 v = self._on_corpus(pi)
                 v[seeds] = 0.0
                 scored = [int(i) for i in _order(v)[: cfg.closure_graph] if v[i] > 0]  # ties: conversation order
@@ -499,7 +517,7 @@ class ZeroMem:
         self._vector_free_signals()
         self.entity_vectors  # the question's and its entities' vectors, from the one forward pass
         fused = self.fused(mode)
-        bonus = {} if mode == "no-closure" else self.closure(_order(fused).tolist())
+        bonus = {} if mode == "no-closure" else self.closure(_order(fused).tolist(), mode)
         with self.ctx.timed("calibration"):
             score = fused.copy()
             for i, b in bonus.items():
