@@ -228,6 +228,9 @@ def _status_text(snap: dict, rebuild: dict) -> str:
         rows.append([p["name"], p["status"] + (" (paused)" if p["paused"] else ""), p["backend"], p["generation"], position, end,
                      p["lag_events"], f"{p['lag_seconds']:.1f}", f"{p['rate']:.1f}", _bar(position, end) if p["lag_events"] else "caught up"])
     lines = [_table(rows, ["view", "status", "backend", "gen", "position", "end", "lag", "lag_s", "rec/s", "progress"])]
+    for p in snap["projections"]:
+        if p.get("last_error"):
+            lines.append(f"{p['name']} {p['status']}: {p['last_error']} (retried with back-off)")
     for view, (gen, done, end) in sorted(rebuild.items()):
         lines.append(f"replay {view} -> generation {gen}: {_bar(done, end)} ({done}/{end})")
     f, d = snap["freshness"], snap["dead_letters"]

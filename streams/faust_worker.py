@@ -94,8 +94,11 @@ def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *
                 runner = await pipeline.live_runner(view)
                 runner.commit_group = False  # faust commits the group, after this batch is written
                 try:
-                    await runner.process(records)
-                    faults.hit("position-written")  # crash tests (schemas/faults.py): written, not acked to Kafka
+                    # Never wait out a store outage here: the agents share one consumer, so one
+                    # blocked agent would stall the others. The records stay on the log (positions
+                    # are the truth) and the catch-up timer reads them once the store is back.
+                    if await runner.try_process(records):
+                        faults.hit("position-written")  # crash tests (schemas/faults.py): written, not acked to Kafka
                 except Exception:  # noqa: BLE001 - the runner already isolates bad records; keep the agent alive
                     log.exception("view=%s batch failed; it will be redelivered", view)
                     raise
@@ -120,14 +123,17 @@ def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *
 
     async def _catch_up_views() -> None:
         await pipeline.control.refresh()
-        for view in views:
+        for view in views:  # one view's trouble never keeps the others from catching up
             if pipeline.control.paused(view):
                 continue
-            runner = await pipeline.live_runner(view)
-            runner.commit_group = False
-            while (await runner.step()).records:
-                pass
-            await runner.erase_if_due()  # deferred erasure (streams/runner.py)
+            try:
+                runner = await pipeline.live_runner(view)
+                runner.commit_group = False
+                while (result := await runner.try_step()) is not None and result.records:  # (an outage: the next tick)
+                    pass
+                await runner.erase_if_due()  # deferred erasure (streams/runner.py)
+            except Exception:  # noqa: BLE001 - logged, tried again at the next tick
+                log.exception("view=%s catch-up failed; retrying at the next catch-up", view)
 
     async def _relay() -> None:
         if pipeline.intake is not None:  # foreign producers' plain events, sealed onto the event topic (streams/intake.py)

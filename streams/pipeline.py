@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from schemas import faults
-from schemas.errors import ConfigurationError, MemstreamError
+from schemas.errors import ConfigurationError, MemstreamError, StoreError, TransientError
 from schemas.ports.event_log import EventLog
 from schemas.ports.views import VIEW_NAMES, Positions, ViewCatalog, ViewName
 from schemas.units import HierarchyPolicy
@@ -120,6 +120,7 @@ class ViewStatus:
     rebuilding: list[int]
     paused: bool = False
     partition_lag_seconds: dict[int, float] = field(default_factory=dict)
+    unavailable: str | None = None  # why the view's store or catalog could not be read (its last known state is shown)
 
 
 class _LiveView:
@@ -149,6 +150,7 @@ class Pipeline:
         self.intake: IntakeRelay | None = None
         self.retention: RetentionSweeper | None = None  # beside the eraser
         self.model_load_seconds = 0.0
+        self._last_status: dict[str, tuple[int, str, Positions]] = {}  # view -> last known (generation, backend, positions)
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start_log(self) -> None:
@@ -236,8 +238,14 @@ class Pipeline:
 
     # -- processing ----------------------------------------------------------------------
     async def _follow_catalog(self, live: _LiveView) -> _LiveView:
-        """Switch to a generation another process (or `replay`) activated."""
-        current = await asyncio.to_thread(self.catalog.current, live.view)
+        """Switch to a generation another process (or `replay`) activated. A catalog that cannot be
+        read right now (its server is down) leaves the view on its generation: its runner then meets
+        the outage itself and reports it."""
+        try:
+            current = await asyncio.to_thread(self.catalog.current, live.view)
+        except (TransientError, StoreError) as exc:
+            log.debug("view=%s catalog unavailable, staying on generation %d: %s", live.view, live.generation, exc)
+            return live
         if current is None or current == live.generation:
             return live
         log.info("view=%s switching generation %d -> %d", live.view, live.generation, current)
@@ -396,30 +404,45 @@ class Pipeline:
 
     # -- status --------------------------------------------------------------------------
     async def status(self) -> list[ViewStatus]:
+        """Each view's positions and lag. A view whose store or catalog cannot be read right now (its
+        server is down) is reported with its last known state and the reason, never as an error of
+        the whole status: the other views' health must stay visible."""
         end = await self.log.end_offsets(self.config.topic)
         await self.control.refresh(force=True)
         oldest: dict[tuple[int, int], float] = {}  # (partition, offset) -> append time, shared by the views
         out = []
         for view in self.views:
-            live = self._live.get(view)
-            if live is not None:
-                store, generation = live.runner.store, live.generation
-                positions = await live.runner.positions()
-            else:
-                generation = self.catalog.current(view)
-                if generation is None:
-                    lags = await self._fill_oldest(end, {}, oldest)
-                    out.append(ViewStatus(view, "-", 0, {}, end, sum(end.values()), max(lags.values(), default=0.0),
-                                          self.catalog.building(view), self.control.paused(view), lags))
-                    continue
-                store = self.backends.open_view(view, generation)
-                positions = await asyncio.to_thread(store.positions)
-                await asyncio.to_thread(store.close)
-            lag = sum(max(0, off - positions.get(p, 0)) for p, off in end.items())
-            lags = await self._fill_oldest(end, positions, oldest)
-            out.append(ViewStatus(view, store.backend, generation, positions, end, lag, max(lags.values(), default=0.0),
-                                  self.catalog.building(view), self.control.paused(view), lags))
+            try:
+                out.append(await self._view_status(view, end, oldest))
+            except (TransientError, StoreError) as exc:
+                generation, backend, positions = self._last_status.get(view, (0, "-", {}))
+                lag = sum(max(0, off - positions.get(p, 0)) for p, off in end.items())
+                lags = await self._fill_oldest(end, positions, oldest)
+                out.append(ViewStatus(view, backend, generation, positions, end, lag, max(lags.values(), default=0.0), [],
+                                      self.control.paused(view), lags, unavailable=str(exc).splitlines()[0][:300]))
         return out
+
+    async def _view_status(self, view: ViewName, end: Positions, oldest: dict) -> ViewStatus:
+        live = self._live.get(view)
+        if live is not None:
+            store, generation = live.runner.store, live.generation
+            positions = await live.runner.positions()
+        else:
+            generation = self.catalog.current(view)
+            if generation is None:
+                lags = await self._fill_oldest(end, {}, oldest)
+                return ViewStatus(view, "-", 0, {}, end, sum(end.values()), max(lags.values(), default=0.0),
+                                  self.catalog.building(view), self.control.paused(view), lags)
+            store = self.backends.open_view(view, generation)
+            try:
+                positions = await asyncio.to_thread(store.positions)
+            finally:
+                await asyncio.to_thread(store.close)
+        self._last_status[view] = (generation, store.backend, positions)
+        lag = sum(max(0, off - positions.get(p, 0)) for p, off in end.items())
+        lags = await self._fill_oldest(end, positions, oldest)
+        return ViewStatus(view, store.backend, generation, positions, end, lag, max(lags.values(), default=0.0),
+                          self.catalog.building(view), self.control.paused(view), lags)
 
     async def _fill_oldest(self, end: Positions, positions: Positions, cache: dict[tuple[int, int], float]) -> dict[int, float]:
         """Per partition, the age of the oldest record the view has not processed yet (0 when

@@ -87,6 +87,7 @@ class ProjectionRunner:
         self._positions: Positions | None = None
         self._lock = asyncio.Lock()  # one batch at a time per view, whoever delivers it
         self.commit_group = True  # False when another consumer (a faust app) owns the group
+        self._retry_at, self._outage_backoff = 0.0, 0.5  # try_process/try_step: when the store may be tried again
         self._erase_at: float | None = 0.0  # monotonic time to ask the store about deferred erasure; None: nothing pending
 
     @property
@@ -102,8 +103,9 @@ class ProjectionRunner:
             self._positions = await asyncio.to_thread(self.store.positions)
         return dict(self._positions)
 
-    async def step(self) -> StepResult:
-        """Pull the next batch from the log (embedded runner), process it, commit the group."""
+    async def step(self, *, patient: bool = True) -> StepResult:
+        """Pull the next batch from the log (embedded runner), process it, commit the group.
+        `patient=False`: see `try_step`."""
         positions = await self.positions()
         end = await self.log.end_offsets(self.topic)
         records: list[LogRecord] = []
@@ -112,14 +114,14 @@ class ProjectionRunner:
             if start < end[p]:
                 records.extend(await self.log.read(self.topic, p, start, max_records=self.batch_size))
         async with self._lock:
-            result = await self._process_new(records)
+            result = await self._process_new(records, patient)
         if result.records:
             faults.hit("position-written")  # crash tests (schemas/faults.py): view and positions written, the group not committed
         if result.records and self.commit_group:
             await self.log.commit(self.group, self.topic, self._positions or {})
         return result
 
-    async def process(self, records: Sequence[LogRecord]) -> StepResult:
+    async def process(self, records: Sequence[LogRecord], *, patient: bool = True) -> StepResult:
         """Process records delivered by any consumer (the embedded loop, a faust agent…).
 
         The view's own positions decide: records below them were already applied (a redelivery
@@ -131,9 +133,9 @@ class ProjectionRunner:
         process may have advanced a partition this one owned before a rebalance."""
         async with self._lock:
             self._positions = None
-            return await self._process_new(records)
+            return await self._process_new(records, patient)
 
-    async def _process_new(self, records: Sequence[LogRecord]) -> StepResult:
+    async def _process_new(self, records: Sequence[LogRecord], patient: bool = True) -> StepResult:
         positions = await self.positions()
         by_partition: dict[int, list[LogRecord]] = {}
         for r in records:
@@ -153,12 +155,13 @@ class ProjectionRunner:
         if not batch:
             return StepResult(0, 0)
         t0 = time.perf_counter()
-        dead = await self._process(batch)
+        dead = await self._process(batch, patient)
         self.metrics.batch_done(self.view, len(batch), dead, time.perf_counter() - t0, [r.append_time for r in batch])
         return StepResult(len(batch), dead)
 
-    async def _process(self, records: Sequence[LogRecord]) -> int:
-        """Handle and apply `records`; returns how many were dead-lettered."""
+    async def _process(self, records: Sequence[LogRecord], patient: bool = True) -> int:
+        """Handle and apply `records`; returns how many were dead-lettered. A TransientError is
+        waited out with back-off (`patient`), or raised at once for the caller to come back later."""
         dead, remaining, backoff = 0, list(records), 0.5
         while remaining:
             try:
@@ -170,6 +173,9 @@ class ProjectionRunner:
                 backoff = 0.5
             except TransientError as exc:
                 self.metrics.batch_failed(self.view, exc)
+                if not patient:
+                    exc.counted = True  # (try_process/try_step: already reported)
+                    raise
                 log.warning("view=%s transient error, retrying in %.1fs: %s", self.view, backoff, exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
@@ -184,7 +190,7 @@ class ProjectionRunner:
                     remaining = []
                 else:
                     mid = len(remaining) // 2
-                    dead += await self._process(remaining[:mid])
+                    dead += await self._process(remaining[:mid], patient)
                     remaining = remaining[mid:]
         return dead
 
@@ -203,6 +209,44 @@ class ProjectionRunner:
             if s.change.forgets or s.change.delete_turns:
                 self._erase_at = 0.0 if self._erase_at is None else min(self._erase_at, time.monotonic())
         return dead
+
+    # -- for drivers that must not block (the faust worker: its agents share one consumer) ------
+    def available(self) -> bool:
+        """False while a store outage's back-off runs (`try_process`/`try_step` skip until then)."""
+        return time.monotonic() >= self._retry_at
+
+    def _outage(self, exc: TransientError) -> None:
+        if not getattr(exc, "counted", False):  # e.g. the store's positions could not be read
+            self.metrics.batch_failed(self.view, exc)
+        self._retry_at = time.monotonic() + self._outage_backoff
+        log.warning("view=%s store unavailable, records left on the log; next attempt in %.1fs: %s", self.view, self._outage_backoff, exc)
+        self._outage_backoff = min(self._outage_backoff * 2, self.max_backoff)
+
+    async def try_process(self, records: Sequence[LogRecord]) -> bool:
+        """`process`, except that while the view's store is unavailable the records are left on the
+        log (the view's positions, the truth, do not move; `try_step` reads them later) instead of
+        blocking the caller. False when skipped."""
+        if not self.available():
+            return False
+        try:
+            await self.process(records, patient=False)
+        except TransientError as exc:
+            self._outage(exc)
+            return False
+        self._outage_backoff = 0.5
+        return True
+
+    async def try_step(self) -> StepResult | None:
+        """`step` without waiting out an outage (None: skipped or failed; see `try_process`)."""
+        if not self.available():
+            return None
+        try:
+            result = await self.step(patient=False)
+        except TransientError as exc:
+            self._outage(exc)
+            return None
+        self._outage_backoff = 0.5
+        return result
 
     async def erase_if_due(self) -> float | None:
         """Run the store's deferred erasure if it may be due (module docstring). Returns the

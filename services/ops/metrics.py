@@ -12,6 +12,7 @@ use them):
   memstream_projection_status{projection,status}             gauge   1 for the current status (OK/LAGGING/STALLED/ERROR)
   memstream_projection_records_total{projection}             counter records applied by this process
   memstream_projection_errors_total{projection}              counter failed batches in this process
+  memstream_projection_last_error_info{projection,reason}    gauge   1 for the reason of the last failed batch (until one succeeds)
   memstream_projection_dead_letters_total{projection}        counter records this process sent to the DLQ
   memstream_dead_letters_pending                             gauge   dead-lettered records not yet re-driven
   memstream_event_searchable_seconds                         histogram log append -> visible in every view
@@ -58,6 +59,9 @@ class Metrics:
         self.status = Gauge("memstream_projection_status", "1 for the projection's current health status", ["projection", "status"], registry=r)
         self.records = Counter("memstream_projection_records", "Records applied to the view by this process", ["projection"], registry=r)
         self.errors = Counter("memstream_projection_errors", "Failed batches in this process (retried)", ["projection"], registry=r)
+        self.last_error = Gauge("memstream_projection_last_error_info", "1 for the reason of a projection's last failed batch in this process "
+                                "(the error's kind and its first words; cleared when a batch succeeds)", ["projection", "reason"], registry=r)
+        self._last_reason: dict[str, str] = {}
         self.dead_letters = Counter("memstream_projection_dead_letters", "Records this process sent to the dead-letter topic",
                                     ["projection"], registry=r)
         self.dlq_pending = Gauge("memstream_dead_letters_pending", "Dead-lettered records not yet re-driven (memstream dlq replay)", registry=r)
@@ -82,11 +86,23 @@ class Metrics:
     # -- streams.runner.RunnerMetrics ----------------------------------------------------
     def batch_done(self, view: str, records: int, dead_letters: int, seconds: float, append_times: list[float]) -> None:
         self.records.labels(view).inc(records)
+        if records and self._last_reason.get(view):
+            self.last_error.remove(view, self._last_reason.pop(view))
         if dead_letters:
             self.dead_letters.labels(view).inc(dead_letters)
 
     def batch_failed(self, view: str, error: BaseException) -> None:
         self.errors.labels(view).inc()
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:160]
+        previous = self._last_reason.get(view)
+        if previous != reason:
+            if previous is not None:
+                self.last_error.remove(view, previous)
+            self.last_error.labels(view, reason).set(1)
+            self._last_reason[view] = reason
+
+    def last_error_reason(self, view: str) -> str | None:
+        return self._last_reason.get(view)
 
     def error_count(self, view: str) -> int:
         return int(self.errors.labels(view)._value.get())

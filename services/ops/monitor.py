@@ -97,7 +97,7 @@ class OpsMonitor:
             errors = m.error_count(st.view)
             window = self._health[st.view]
             window.add(Sample(now, sum(st.positions.values()), st.lag_events, errors))
-            status = window.status()
+            status = "ERROR" if st.unavailable else window.status()
             rate = window.rate()
             partitions = []
             for p, off in sorted(st.end_offsets.items()):
@@ -115,6 +115,7 @@ class OpsMonitor:
             projections.append({
                 "name": st.view, "backend": st.backend, "generation": st.generation, "paused": st.paused, "status": status,
                 "lag_events": st.lag_events, "lag_seconds": st.lag_seconds, "rate": round(rate, 2), "errors": errors,
+                "last_error": st.unavailable or (m.last_error_reason(st.view) if status in ("ERROR", "STALLED") else None),
                 "rebuilding": st.rebuilding, "partitions": partitions,
             })
         if self.observe_freshness:

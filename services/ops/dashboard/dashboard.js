@@ -68,7 +68,9 @@ function render(snap) {
   const body = document.querySelector("#projections tbody");
   body.replaceChildren(...snap.projections.map(p => {
     const tr = el("tr", { "data-projection": p.name });
-    tr.append(el("td", {}, p.name), el("td", { class: `status status-${p.status}` }, p.status), el("td", {}, p.backend),
+    const status = el("td", { class: `status status-${p.status}` }, p.status + (p.last_error ? " \u24d8" : ""));
+    if (p.last_error) status.title = p.last_error;  // why the projection fails (a store down, …)
+    tr.append(el("td", {}, p.name), status, el("td", {}, p.backend),
               el("td", {}, String(p.generation) + (p.rebuilding.length ? ` (rebuilding ${p.rebuilding.join(",")})` : "")),
               el("td", { class: "num lag-events" }, String(p.lag_events)),
               el("td", { class: "num lag-seconds" }, fmt(p.lag_seconds, 1)),

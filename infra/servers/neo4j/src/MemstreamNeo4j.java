@@ -57,9 +57,17 @@ public final class MemstreamNeo4j {
 
         String password = System.getenv("NEO4J_PASSWORD");
         if (password != null && !password.isEmpty()) {
-            dbms.database("system").executeTransactionally(
-                    "ALTER USER neo4j SET PASSWORD $password CHANGE NOT REQUIRED", Map.of("password", password));
-            System.out.println("MemstreamNeo4j: auth on, password of user neo4j set from NEO4J_PASSWORD");
+            try {
+                dbms.database("system").executeTransactionally(
+                        "ALTER USER neo4j SET PASSWORD $password CHANGE NOT REQUIRED", Map.of("password", password));
+                System.out.println("MemstreamNeo4j: auth on, password of user neo4j set from NEO4J_PASSWORD");
+            } catch (RuntimeException e) {
+                // A restart on the same data with the same password: Neo4j refuses to "change" it.
+                if (!String.valueOf(e.getMessage()).contains("cannot be the same")) {
+                    throw e;
+                }
+                System.out.println("MemstreamNeo4j: auth on, the password of user neo4j is already NEO4J_PASSWORD's");
+            }
         }
         GraphDatabaseService db = dbms.database("neo4j");
         GlobalProcedures procs = ((GraphDatabaseAPI) db).getDependencyResolver()
