@@ -140,6 +140,8 @@ class ApiSettings(BaseSettings):
     max_request_bytes: int = Field(1024 * 1024, description="Largest body of every other request.")
     rate_limit_per_second: float = Field(100.0, ge=0, description="Requests per second per key, per replica (0: no limit).")
     rate_limit_burst: float = Field(200.0, ge=1, description="Requests a key may send at once before the rate applies.")
+    max_backlog: int = Field(20_000, ge=0, description="Events the views may be behind before POST /v1/events answers 429 "
+                             "backlog_full (past half of it, tenants above their fair share first; forgets always pass; 0: no bound).")
     cors_origins: tuple[str, ...] = Field((), description="Web origins allowed to call the API from a browser (CORS); none by default.")
     key_refresh_seconds: float = Field(0.1, gt=0, le=10, description="Key changes reach every process within this bound.")
     tls_cert: Path | None = Field(None, description="PEM certificate (chain): serve HTTPS.")

@@ -30,6 +30,7 @@ from schemas.events import Event
 from services.auth import Authenticator, TokenBuckets
 from services.http_guard import EdgeGuard, error_body
 from services.ops.metrics import Metrics
+from services.backpressure import Backpressure
 from services.ops.monitor import OpsMonitor
 from services.runtime import build_pipeline
 from services.views import LiveViews
@@ -53,6 +54,7 @@ class State:
     keyring: KeyRing
     audit: AuditTrail
     auth: Authenticator
+    backpressure: Backpressure
     query: Any
     reader: Any = None
     runner_task: asyncio.Task | None = None
@@ -129,6 +131,7 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
                                    mode="embedded" if state.pipeline.log.backend == "sqlite" else state.pipeline.log.backend,
                                    audit=state.audit)
         state.monitor_task = asyncio.create_task(state.monitor.run(state.stop))
+        state.backpressure = Backpressure(settings.api.max_backlog, state.metrics)
         try:
             yield
         finally:
@@ -218,9 +221,9 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
             for op in ops_.values():
                 if path not in OPEN_PATHS:
                     op["security"] = [{"bearer": []}]
-                    op.setdefault("responses", {}).update({
-                        "401": {"description": "Missing or unknown key"}, "403": {"description": "The key may not do this"},
-                        "429": {"description": "Over the key's rate limit (Retry-After)"}})
+                    responses = op.setdefault("responses", {})
+                    responses.update({"401": {"description": "Missing or unknown key"}, "403": {"description": "The key may not do this"}})
+                    responses.setdefault("429", {"description": "Over the key's rate limit (Retry-After)"})
         app.openapi_schema = doc
         return doc
 

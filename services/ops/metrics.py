@@ -72,6 +72,11 @@ class Metrics:
                                        buckets=LATENCY_BUCKETS, registry=r)
         self.requests = Counter("memstream_http_requests", "HTTP requests", ["endpoint", "method", "code"], registry=r)
         self.request_errors = Counter("memstream_http_request_errors", "HTTP requests answered with a 5xx", ["endpoint"], registry=r)
+        self.ingest_backlog = Gauge("memstream_ingest_backlog_events", "Events the furthest-behind unpaused view has not processed, "
+                                    "as seen by the last publish", registry=r)
+        self.ingest_backlog_limit = Gauge("memstream_ingest_backlog_limit_events", "MEMSTREAM_API_MAX_BACKLOG (0: no bound)", registry=r)
+        self.ingest_throttled = Counter("memstream_ingest_throttled_events", "Events refused with 429 backlog_full (backpressure; "
+                                        "a key's rate limit is counted in memstream_http_requests)", ["tenant"], registry=r)
         self.forgets_pending = Gauge("memstream_forgets_pending", "Forget requests not yet complete (the eraser or a view is not past them)",
                                      registry=r)
         self.forget_oldest_pending = Gauge("memstream_forget_oldest_pending_seconds", "Age (since requested_at) of the oldest pending forget",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -12,6 +13,7 @@ from pydantic import BaseModel, Field
 from schemas.errors import BadRequest, InvalidEvent, InvalidRequest, PayloadTooLarge
 from schemas.events import ForgetRequested
 from schemas.security import Principal
+from services.backpressure import Backpressure
 from services.http_guard import error_body
 from services.routes.deps import Reader, Writer, state
 from services.waiting import positions_reached
@@ -57,6 +59,16 @@ def _with_tenant(raw: Any, principal: Principal) -> Any:
     return raw
 
 
+def _memory_by_tenant(items: list[Any]) -> Counter:
+    """tenant -> events that add memory (everything but forgets, which are never held back)."""
+    out: Counter = Counter()
+    for raw in items:
+        if isinstance(raw, dict) and raw.get("type") != ForgetRequested.model_fields["type"].default:
+            tenant = raw.get("tenant_id")
+            out[tenant if isinstance(tenant, str) else "?"] += 1
+    return out
+
+
 def authorizer(principal: Principal):
     """Per item: events of another tenant, and tenant-wide forgets from a non-admin, are refused."""
 
@@ -94,15 +106,22 @@ class WaitResult(BaseModel):
 @router.post("/v1/events", summary="Publish one event or a batch (writer)", response_model=EventsResult,
              openapi_extra={"requestBody": EVENTS_BODY, "responses": {
                  "207": {"description": "Some items accepted, some rejected (each item says why, with its own code)"},
-                 "413": {"description": "Body or batch too large"}}})
+                 "413": {"description": "Body or batch too large"},
+                 "429": {"description": "Over the key's rate limit (`rate_limited`), or the views are too far behind "
+                                        "(`backlog_full`, see MEMSTREAM_API_MAX_BACKLOG); nothing was appended (Retry-After)"}}})
 async def post_events(request: Request, principal: Writer):
     st = state(request)
     body = request.scope.get("state", {}).get("json")
     if body is None:
         raise BadRequest("no events in the request (send JSON, or JSON Lines as application/x-ndjson)")
     items = [_with_tenant(raw, principal) for raw in _items(body, st.settings.api.max_batch)]
+    memory = _memory_by_tenant(items)
+    if memory and st.backpressure.max_backlog > 0:
+        sample = await st.monitor.sample(max_age=st.settings.ops.sample_seconds)
+        st.backpressure.admit(Backpressure.backlog(sample), memory)
     results = await st.publisher.publish_items(items, authorizer(principal))
     accepted = [r for r in results if r.status == "accepted"]
+    st.backpressure.accepted(_memory_by_tenant([items[r.index] for r in accepted]))
     positions: dict[int, int] = {}
     for r in accepted:
         positions[r.partition] = max(positions.get(r.partition, 0), r.offset + 1)
