@@ -23,6 +23,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from infra.formats import FormatTooOld, too_new
 from schemas import faults
 from schemas.errors import StoreError, TransientError
 from schemas.ordering import order_turns
@@ -135,9 +136,38 @@ class SqliteViewBase:
         self._local = threading.local()
         self._lock = threading.RLock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        found = self._format_found()
         # executescript commits implicitly, so the schema is created outside a transaction.
         self._conn().executescript(_LEDGER_SCHEMA + self.extra_schema)
-        self._migrate()
+        if found < self.format_version:
+            self._migrate()
+        stamped = self._conn().execute("SELECT value FROM meta WHERE key='format'").fetchone()
+        if stamped is None or stamped[0] != str(self.format_version):  # a new or migrated file (readers write nothing)
+            with self._tx() as c:
+                c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('format', ?)", (str(self.format_version),))
+        self.format_found = found
+
+    # Format of this store's file (infra/formats.py). 1: before format versions; 2: the ledger keeps
+    # `supersedes` (migrated in place). Raise `min_format_version` when a change cannot be migrated:
+    # older generations are then rebuilt from the log.
+    format_version = 2
+    min_format_version = 1
+
+    def _format_found(self) -> int:
+        """The format the file was written in (the current one for a new file); refuses formats
+        this release cannot read (too new: FormatTooNew; older than it reads: FormatTooOld)."""
+        c = self._conn()
+        tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "turns" not in tables:
+            return self.format_version  # a new generation
+        row = c.execute("SELECT value FROM meta WHERE key='format'").fetchone() if "meta" in tables else None
+        found = int(row[0]) if row else 1
+        if found > self.format_version:
+            raise too_new(self.path, found, self.format_version)
+        if found < self.min_format_version:
+            raise FormatTooOld(f"{self.path} holds the {self.view} view in format {found}; this release reads formats "
+                               f"{self.min_format_version} to {self.format_version}")
+        return found
 
     def _migrate(self) -> None:
         """Columns added since a store's file was made (its rows keep NULL there)."""

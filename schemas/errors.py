@@ -61,6 +61,18 @@ class StoreError(MemstreamError):
     code = "store_error"
 
 
+class FormatTooNew(ConfigurationError):
+    """A file written by a newer release (infra/formats.py): refused, never rewritten."""
+
+    code = "format_too_new"
+
+
+class FormatTooOld(StoreError):
+    """A view generation in a format this release no longer reads: the pipeline rebuilds it from the log."""
+
+    code = "format_too_old"
+
+
 class ReaderError(MemstreamError):
     """The optional final-QA reader (an OpenAI-compatible endpoint) failed."""
 

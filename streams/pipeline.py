@@ -12,13 +12,14 @@ import asyncio
 import fcntl
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
 from schemas import faults
-from schemas.errors import ConfigurationError, MemstreamError, StoreError, TransientError
+from schemas.errors import ConfigurationError, FormatTooOld, MemstreamError, StoreError, TransientError
 from schemas.ports.event_log import EventLog
 from schemas.ports.views import VIEW_NAMES, Positions, ViewCatalog, ViewName
 from schemas.units import HierarchyPolicy
@@ -176,7 +177,10 @@ class Pipeline:
             if generation is None:
                 generation = self.catalog.new_generation(view)
                 self.catalog.activate(view, generation)
-            self._live[view] = self._open_live(view, generation)
+            try:
+                self._live[view] = self._open_live(view, generation)
+            except FormatTooOld as exc:
+                self._live[view] = self._rebuild_unreadable(view, generation, exc)
         if "hierarchy" in self.views:
             # One eraser and one intake relay per deployment are enough (both are idempotent, so
             # more are harmless): they run beside the hierarchy view — in `serve`/`process`, and in
@@ -202,8 +206,25 @@ class Pipeline:
         lock = _WriterLock(self.backends.lock_path(view, generation))
         if not self.backends.shared_writers(view):  # else the consumer group splits partitions between writers
             lock.acquire(view)
-        store = self.backends.open_view(view, generation)
+        try:
+            store = self.backends.open_view(view, generation)
+        except BaseException:
+            lock.release()
+            raise
         return _LiveView(view, generation, self._runner(view, store, f"memstream.{view}"), lock)
+
+    def _rebuild_unreadable(self, view: ViewName, generation: int, why: FormatTooOld) -> _LiveView:
+        """A live generation in a format this release no longer reads (infra/formats.py) is derived
+        data: a new generation replaces it at once and is built from the log as the view catches up
+        (queries fall back meanwhile, as for a view that is down)."""
+        new = self.catalog.new_generation(view)
+        log.warning("view=%s: %s; rebuilding it from the log into generation %d", view, why, new)
+        print(f"memstream: the {view} view's generation {generation} is in a format this release no longer reads; "
+              f"rebuilding it from the log into generation {new}", file=sys.stderr, flush=True)
+        live = self._open_live(view, new)
+        self.catalog.activate(view, new)
+        self.backends.drop_view(view, generation)
+        return live
 
     def projection(self, view: ViewName, store) -> Projection:
         c = self.config

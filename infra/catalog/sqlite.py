@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from infra.formats import CATALOG_FORMAT, stamp_user_version
 from schemas.ports.views import ViewName
 
 _SCHEMA = """
@@ -28,6 +29,7 @@ class SqliteViewCatalog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         with self._connect() as c:
+            stamp_user_version(c, self.path, CATALOG_FORMAT)
             c.executescript(_SCHEMA)
 
     @contextmanager

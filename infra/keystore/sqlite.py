@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
+from infra.formats import KEYS_FORMAT, stamp_user_version
 from schemas.errors import StoreError
 from schemas.ports.keystore import DataKey, EventRef, Tombstone
 from schemas.ports.views import Positions
@@ -61,6 +62,7 @@ class SqliteKeyStore:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=FULL")
                 conn.execute("PRAGMA secure_delete=ON")
+                stamp_user_version(conn, self.path, KEYS_FORMAT)
                 conn.executescript(_SCHEMA)
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot open the data key store {self.path}: {exc}") from exc

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from infra.formats import LOG_FORMAT, stamp_user_version
 from schemas.errors import LogError, TransientError
 from schemas.ports.event_log import AppendFailed, Appended, LogRecord, NewRecord, place
 
@@ -74,7 +75,7 @@ class SqliteEventLog:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="log-writer")
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="log-reader")
         self._appended = asyncio.Event()
-        await self._write(lambda c: c.executescript(_SCHEMA))
+        await self._write(lambda c: (stamp_user_version(c, self.path, LOG_FORMAT), c.executescript(_SCHEMA)))
 
     async def close(self) -> None:
         for pool in (self._writer, self._reader):
