@@ -86,8 +86,11 @@ class _CatalogRouter:
     def current(self, view):
         return self._for(view).current(view)
 
-    def new_generation(self, view):
-        return self._for(view).new_generation(view)
+    def new_generation(self, view, model=None):
+        return self._for(view).new_generation(view, model)
+
+    def model(self, view, generation):
+        return self._for(view).model(view, generation)
 
     def activate(self, view, generation):
         return self._for(view).activate(view, generation)
@@ -107,6 +110,7 @@ class Registry:
         self.settings = settings
         self.data_dir = Path(settings.data_dir)
         self._encoder = None
+        self._other_encoders: dict[str, object] = {}
         self._extractor = None
         self._catalog = None
         self._keystore = None
@@ -357,21 +361,39 @@ class Registry:
         self._qdrant_clients.clear()
 
     # -- models --------------------------------------------------------------------------
-    def encoder(self):
-        if self._encoder is None and self.settings.encoder.model.startswith("hashing"):
+    @property
+    def encoder_name(self) -> str:
+        """The configured encoder's name as generations record it (infra/catalog: `model`)."""
+        model = self.settings.encoder.model
+        return "hashing-256" if model == "hashing" else model
+
+    def encoder(self, name: str | None = None):
+        """The configured encoder, or (`name`) the one a view generation was built with: a
+        generation's vectors and its questions come from one model, so a generation built before
+        the configuration changed keeps its own until a replay replaces it."""
+        if name is not None and name != self.encoder_name:
+            if name not in self._other_encoders:
+                enc = self._make_encoder(name, None)
+                enc.start()
+                self._other_encoders[name] = enc
+            return self._other_encoders[name]
+        if self._encoder is None:
+            self._encoder = self._make_encoder(self.encoder_name, self.settings.encoder.path)
+        return self._encoder
+
+    def _make_encoder(self, name: str, path: str | None):
+        if name.startswith("hashing"):
             from infra.models.fast import HashingEncoder  # the declared fast path (tests, benchmarks): not a language model
 
-            dim = self.settings.encoder.model.removeprefix("hashing").lstrip("-")
+            dim = name.removeprefix("hashing").lstrip("-")
             if dim and not dim.isdigit():
-                raise ConfigurationError(f"encoder model {self.settings.encoder.model!r}: expected hashing or hashing-<dim>")
-            self._encoder = HashingEncoder(int(dim) if dim else 256)
-        if self._encoder is None:
-            from infra.models.flagembedding import FlagEmbeddingEncoder
+                raise ConfigurationError(f"encoder model {name!r}: expected hashing or hashing-<dim>")
+            return HashingEncoder(int(dim) if dim else 256)
+        from infra.models.flagembedding import FlagEmbeddingEncoder
 
-            e = self.settings.encoder
-            self._encoder = FlagEmbeddingEncoder(e.model, e.path, max_length=e.max_length, batch_size=e.batch_size, threads=e.threads,
-                                                 runtime=e.runtime, cache_dir=e.cache_dir)
-        return self._encoder
+        e = self.settings.encoder
+        return FlagEmbeddingEncoder(name, path, max_length=e.max_length, batch_size=e.batch_size, threads=e.threads,
+                                    runtime=e.runtime, cache_dir=e.cache_dir)
 
     def extractor(self):
         if self._extractor is None and self.settings.ner.model == "lexicon":

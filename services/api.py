@@ -64,7 +64,7 @@ class State:
 def build_query_service(settings: Settings, registry: Registry, views: LiveViews):
     from services.query.service import QueryService
 
-    return QueryService(views, registry.encoder(), extractor=registry.extractor())
+    return QueryService(views, registry.encoder(), extractor=registry.extractor(), encoders=registry.encoder)
 
 
 def build_reader(settings: Settings):

@@ -22,6 +22,7 @@ class LiveViews:
         self._open: dict[ViewName, tuple[int, object]] = {}
         self._checked: dict[ViewName, float] = {}
         self._retired: list[object] = []
+        self._models: dict[tuple[ViewName, int], str | None] = {}
         self._lock = threading.Lock()
 
     def generation(self, view: ViewName) -> int | None:
@@ -34,6 +35,16 @@ class LiveViews:
         with self._lock:
             self._checked[view] = now
         return gen
+
+    def model(self, view: ViewName, generation: int | None = None) -> str | None:
+        """The encoder a generation of the view (default: the live one) was built with (None: not
+        recorded — the configured one; or no generation yet)."""
+        gen = self.generation(view) if generation is None else generation
+        if gen is None:
+            return None
+        if (view, gen) not in self._models:
+            self._models[(view, gen)] = self.catalog.model(view, gen)
+        return self._models[(view, gen)]
 
     def store(self, view: ViewName):
         if self._retired:

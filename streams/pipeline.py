@@ -21,7 +21,7 @@ from typing import Callable, Protocol
 from schemas import faults
 from schemas.errors import ConfigurationError, FormatTooOld, MemstreamError, StoreError, TransientError
 from schemas.ports.event_log import EventLog
-from schemas.ports.views import VIEW_NAMES, Positions, ViewCatalog, ViewName
+from schemas.ports.views import ENCODED_VIEWS, VIEW_NAMES, Positions, ViewCatalog, ViewName
 from schemas.units import HierarchyPolicy
 from streams.control import ControlState
 from streams.projections.base import Projection
@@ -52,7 +52,10 @@ class Backends(Protocol):
 
     def shared_writers(self, view: ViewName) -> bool: ...
 
-    def encoder(self): ...
+    def encoder(self, name: str | None = None): ...
+
+    @property
+    def encoder_name(self) -> str: ...
 
     def extractor(self): ...
 
@@ -147,6 +150,7 @@ class Pipeline:
         self.control = ControlState(self.log, config.topic)
         self.keystore = backends.keystore()
         self._live: dict[ViewName, _LiveView] = {}
+        self._model_noted: set[tuple[ViewName, int]] = set()
         self.eraser: EraserRunner | None = None  # started with the views (start()); on Kafka, by the workers
         self.intake: IntakeRelay | None = None
         self.retention: RetentionSweeper | None = None  # beside the eraser
@@ -175,7 +179,7 @@ class Pipeline:
         for view in self.views:
             generation = self.catalog.current(view)
             if generation is None:
-                generation = self.catalog.new_generation(view)
+                generation = self.catalog.new_generation(view, self.model_for(view))
                 self.catalog.activate(view, generation)
             try:
                 self._live[view] = self._open_live(view, generation)
@@ -211,13 +215,33 @@ class Pipeline:
         except BaseException:
             lock.release()
             raise
-        return _LiveView(view, generation, self._runner(view, store, f"memstream.{view}"), lock)
+        return _LiveView(view, generation, self._runner(view, store, f"memstream.{view}", self.generation_model(view, generation)), lock)
+
+    def model_for(self, view: ViewName) -> str | None:
+        """The encoder a new generation of `view` is built with: the configured one for the views
+        that hold vectors, none for the others."""
+        return self.backends.encoder_name if view in ENCODED_VIEWS else None
+
+    def generation_model(self, view: ViewName, generation: int) -> str | None:
+        """The encoder `generation` keeps projecting with: the one it was built with (a generation
+        from before models were recorded: the configured one). A configuration that names another
+        takes effect through a replay, which builds a new generation with it (the old serves until
+        the switch)."""
+        if view not in ENCODED_VIEWS:
+            return None
+        model = self.catalog.model(view, generation) or self.backends.encoder_name
+        if model != self.backends.encoder_name and (view, generation) not in self._model_noted:
+            self._model_noted.add((view, generation))
+            print(f"memstream: the {view} view's generation {generation} was built with encoder {model}; the configuration names "
+                  f"{self.backends.encoder_name}: it keeps {model} until `memstream replay {view}` builds a generation with "
+                  f"{self.backends.encoder_name}", file=sys.stderr, flush=True)
+        return model
 
     def _rebuild_unreadable(self, view: ViewName, generation: int, why: FormatTooOld) -> _LiveView:
         """A live generation in a format this release no longer reads (infra/formats.py) is derived
         data: a new generation replaces it at once and is built from the log as the view catches up
         (queries fall back meanwhile, as for a view that is down)."""
-        new = self.catalog.new_generation(view)
+        new = self.catalog.new_generation(view, self.model_for(view))
         log.warning("view=%s: %s; rebuilding it from the log into generation %d", view, why, new)
         print(f"memstream: the {view} view's generation {generation} is in a format this release no longer reads; "
               f"rebuilding it from the log into generation {new}", file=sys.stderr, flush=True)
@@ -226,24 +250,25 @@ class Pipeline:
         self.backends.drop_view(view, generation)
         return live
 
-    def projection(self, view: ViewName, store) -> Projection:
+    def projection(self, view: ViewName, store, model: str | None = None) -> Projection:
         c = self.config
+        encoder = self.backends.encoder(model) if view in ENCODED_VIEWS else None
         if view == "hierarchy":
             p: Projection = HierarchyProjection(store, c.policy)
         elif view == "lexical":
             p = LexicalProjection(store, c.policy, c.speaker_prefix)
         elif view == "dense":
-            p = DenseProjection(store, self.backends.encoder(), c.policy, c.speaker_prefix)
+            p = DenseProjection(store, encoder, c.policy, c.speaker_prefix)
         elif view == "graph":
-            p = GraphProjection(store, self.backends.extractor(), self.backends.encoder(), c.speaker_as_entity)
+            p = GraphProjection(store, self.backends.extractor(), encoder, c.speaker_as_entity)
         else:
             raise ConfigurationError(f"unknown view {view!r}")
         p.opener = Opener(self.keystore)
         return p
 
-    def _runner(self, view: ViewName, store, group: str) -> ProjectionRunner:
+    def _runner(self, view: ViewName, store, group: str, model: str | None = None) -> ProjectionRunner:
         return ProjectionRunner(
-            log_=self.log, topic=self.config.topic, dlq_topic=self.config.dlq_topic, projection=self.projection(view, store),
+            log_=self.log, topic=self.config.topic, dlq_topic=self.config.dlq_topic, projection=self.projection(view, store, model),
             group=group, batch_size=self.config.batch_size, metrics=self.metrics,
         )
 
@@ -380,11 +405,11 @@ class Pipeline:
         for old in self.catalog.retired(view):
             self.backends.drop_view(view, old)
         self._drop_abandoned_builds(view)
-        generation = self.catalog.new_generation(view)
+        generation = self.catalog.new_generation(view, self.model_for(view))  # built with the configured encoder
         lock = _WriterLock(self.backends.lock_path(view, generation))
         lock.acquire(view)
         store = self.backends.open_view(view, generation)
-        runner = self._runner(view, store, f"memstream.{view}.rebuild")
+        runner = self._runner(view, store, f"memstream.{view}.rebuild", self.model_for(view))
         try:
             while True:
                 target = await self.log.end_offsets(self.config.topic)

@@ -1,6 +1,6 @@
 """View catalog in Neo4j: which generation of each view is live, as a small node set
 
-    (:MemstreamGeneration {view, generation, state, created_at, activated_at})
+    (:MemstreamGeneration {view, generation, state, created_at, activated_at, model})
         state: building | live | retired | dropped
     (:MemstreamCatalogLock {view})   one per view, written first in every changing transaction
 
@@ -50,13 +50,18 @@ class Neo4jViewCatalog:
         live = self._generations(view, "live")
         return live[-1] if live else None
 
-    def new_generation(self, view: ViewName) -> int:
+    def model(self, view: ViewName, generation: int) -> str | None:
+        with translated(self.uri, f"reading generation {generation} of the {view} view"), self._session() as s:
+            row = s.run("MATCH (n:MemstreamGeneration {view: $view, generation: $g}) RETURN n.model AS model", view=view, g=generation).single()
+        return row["model"] if row else None
+
+    def new_generation(self, view: ViewName, model: str | None = None) -> int:
         with translated(self.uri, f"reserving a generation of the {view} view"), self._session() as s, s.begin_transaction() as tx:
             tx.run(_LOCK, view=view, now=time.time()).consume()
             n = tx.run("OPTIONAL MATCH (n:MemstreamGeneration {view: $view}) RETURN coalesce(max(n.generation), 0) + 1 AS n",
                        view=view).single()["n"]
-            tx.run("CREATE (:MemstreamGeneration {view: $view, generation: $n, state: 'building', created_at: $now})",
-                   view=view, n=n, now=time.time()).consume()
+            tx.run("CREATE (:MemstreamGeneration {view: $view, generation: $n, state: 'building', created_at: $now, model: $model})",
+                   view=view, n=n, now=time.time(), model=model).consume()
             tx.commit()
         return n
 

@@ -30,7 +30,7 @@ from schemas.ports.views import ViewName
 _MAPPINGS = {
     "dynamic": "strict",
     "properties": {"view": {"type": "keyword"}, "generation": {"type": "long"}, "state": {"type": "keyword"},
-                   "created_at": {"type": "double"}, "activated_at": {"type": "double"}},
+                   "created_at": {"type": "double"}, "activated_at": {"type": "double"}, "model": {"type": "keyword"}},
 }
 _TINY = {"index": {"number_of_shards": 1, "number_of_replicas": 0}}
 
@@ -61,6 +61,8 @@ class OpenSearchViewCatalog:
                         except os_exc.RequestError as exc:
                             if exc.error != "resource_already_exists_exception":
                                 raise
+                    else:  # a catalog made before generations recorded their model: the field is added in place
+                        client.indices.put_mapping(index=self.index, body={"properties": {"model": _MAPPINGS["properties"]["model"]}})
                 self._client = client
             return self._client
 
@@ -101,7 +103,10 @@ class OpenSearchViewCatalog:
         return sorted(i for i in found if generation_of(self.prefix, view, i) == generation)
 
     # -- writes --------------------------------------------------------------------------
-    def new_generation(self, view: ViewName) -> int:
+    def model(self, view: ViewName, generation: int) -> str | None:
+        return next((r.get("model") for r in self._records(view) if r["generation"] == generation), None)
+
+    def new_generation(self, view: ViewName, model: str | None = None) -> int:
         with translated(self.url, f"reserving a generation of view {view}"):
             client = self._os()
             found = client.indices.get(index=f"{self.prefix}-{view}-g*", ignore_unavailable=True, allow_no_indices=True, expand_wildcards="all")
@@ -110,7 +115,7 @@ class OpenSearchViewCatalog:
             while True:
                 try:
                     client.index(index=self.index, id=f"{view}.g{n}", op_type="create", refresh=True,
-                                 body={"view": view, "generation": n, "state": "building", "created_at": time.time()})
+                                 body={"view": view, "generation": n, "state": "building", "created_at": time.time(), "model": model})
                     break
                 except os_exc.ConflictError:  # another process reserved n first
                     n += 1

@@ -103,7 +103,10 @@ class QdrantViewCatalog:
         payload = {"view": view, "generation": generation, "created_at": time.time(), **(old[0].payload if old else {}), **fields}
         self._qd().upsert(self.collection, [models.PointStruct(id=pid, vector={}, payload=payload)], wait=True)
 
-    def new_generation(self, view: ViewName) -> int:
+    def model(self, view: ViewName, generation: int) -> str | None:
+        return next((r.get("model") for r in self._records(view) if r["generation"] == generation), None)
+
+    def new_generation(self, view: ViewName, model: str | None = None) -> int:
         with translated(self.location, f"reserving a generation of view {view}"):
             client = self._qd()
             used = [r["generation"] for r in self._records(view)] + [g for g, _ in self._collections(view).values()]
@@ -118,7 +121,7 @@ class QdrantViewCatalog:
                     if not client.collection_exists(name):  # a real failure, not a lost race
                         raise
                 n += 1
-            self._record(view, n, state="building")
+            self._record(view, n, state="building", model=model)
         return n
 
     def activate(self, view: ViewName, generation: int) -> None:

@@ -31,6 +31,8 @@ class SqliteViewCatalog:
         with self._connect() as c:
             stamp_user_version(c, self.path, CATALOG_FORMAT)
             c.executescript(_SCHEMA)
+            if "model" not in {r[1] for r in c.execute("PRAGMA table_info(generations)")}:  # added in place to older catalogs
+                c.execute("ALTER TABLE generations ADD COLUMN model TEXT")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -53,13 +55,19 @@ class SqliteViewCatalog:
         row = c.execute("SELECT generation FROM generations WHERE view=? AND state='live'", (view,)).fetchone()
         return row[0] if row else None
 
-    def new_generation(self, view: ViewName) -> int:
+    def new_generation(self, view: ViewName, model: str | None = None) -> int:
         with self._connect() as c:
             c.execute("BEGIN IMMEDIATE")
             n = c.execute("SELECT COALESCE(MAX(generation), 0) + 1 FROM generations WHERE view=?", (view,)).fetchone()[0]
-            c.execute("INSERT INTO generations VALUES (?,?,'building',?,NULL)", (view, n, time.time()))
+            c.execute("INSERT INTO generations (view, generation, state, created_at, activated_at, model) VALUES (?,?,'building',?,NULL,?)",
+                      (view, n, time.time(), model))
             c.execute("COMMIT")
         return n
+
+    def model(self, view: ViewName, generation: int) -> str | None:
+        with self._connect() as c:
+            row = c.execute("SELECT model FROM generations WHERE view=? AND generation=?", (view, generation)).fetchone()
+        return row[0] if row else None
 
     def activate(self, view: ViewName, generation: int) -> None:
         with self._connect() as c:

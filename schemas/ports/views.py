@@ -38,6 +38,9 @@ Positions = dict[int, int]
 
 ViewName = Literal["hierarchy", "graph", "lexical", "dense"]
 VIEW_NAMES: tuple[ViewName, ...] = ("hierarchy", "graph", "lexical", "dense")
+# Views whose generations hold an encoder's vectors (dense: units; graph: entities): a generation
+# is built with, and its questions are encoded by, one model (ViewCatalog.model).
+ENCODED_VIEWS: tuple[ViewName, ...] = ("dense", "graph")
 
 
 @dataclass(frozen=True)
@@ -211,8 +214,15 @@ class ViewCatalog(Protocol):
 
     def current(self, view: ViewName) -> int | None: ...
 
-    def new_generation(self, view: ViewName) -> int:
-        """Reserve a fresh, empty generation (not yet live)."""
+    def new_generation(self, view: ViewName, model: str | None = None) -> int:
+        """Reserve a fresh, empty generation (not yet live). `model` names the encoder the
+        generation is built with (dense and graph views): its vectors are that model's, and its
+        questions must be encoded by it too."""
+        ...
+
+    def model(self, view: ViewName, generation: int) -> str | None:
+        """The encoder `generation` was reserved with; None if none was recorded (a generation
+        from before models were recorded, or a view that uses none)."""
         ...
 
     def activate(self, view: ViewName, generation: int) -> None:

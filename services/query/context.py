@@ -69,13 +69,21 @@ class Guarded:
 
 
 class QueryContext:
-    def __init__(self, request: SearchRequest, boundary: Boundary, corpus: Corpus, views, encoder, extractor=None):
+    def __init__(self, request: SearchRequest, boundary: Boundary, corpus: Corpus, views, encoder, extractor=None, encoder_for=None):
         self.extractor = extractor
         self.request = request
         self.boundary = boundary
         self.corpus = corpus
         self.views = views
-        self.encoder = encoder
+        # Each view's store is pinned for the query (one generation per view, even if a replay
+        # switches meanwhile), and a question is encoded by the model the pinned generation was
+        # built with: `encoder_for(view, generation)`; the dense view's model encodes the question,
+        # a view built with another (between a configuration change and its replay's switch) gets
+        # its own pass.
+        self._default_encoder = encoder
+        self._encoder_for = encoder_for
+        self._stores: dict[str, Guarded] = {}
+        self._states_by_encoder: dict[int, object] = {}
         self.timings: dict[str, float] = {}
         self.backends: dict[str, str] = {}
         self._pending = None  # the question's forward pass in flight (prefetch_question)
@@ -89,12 +97,30 @@ class QueryContext:
             self.timings[stage] = self.timings.get(stage, 0.0) + (time.perf_counter() - t0) * 1000
 
     def store(self, view: str):
+        pinned = self._stores.get(view)
+        if pinned is not None:
+            return pinned
         try:
             s = self.views.store(view)  # (reads the view's catalog, which may live on the same server)
         except (TransientError, StoreError) as exc:
             raise ViewUnavailable(view, str(exc).splitlines()[0][:300]) from exc
         self.backends[view] = s.backend
-        return Guarded(s, view)
+        return self._stores.setdefault(view, Guarded(s, view))
+
+    def encoder_of(self, view: str):
+        """The encoder of the view's pinned generation (the configured one if the view is down:
+        the query then falls back to strategies that do not read it)."""
+        if self._encoder_for is None:
+            return self._default_encoder
+        try:
+            generation = getattr(self.store(view), "generation", None)
+            return self._encoder_for(view, generation)
+        except (ViewUnavailable, TransientError, StoreError):
+            return self._default_encoder
+
+    @cached_property
+    def encoder(self):
+        return self.encoder_of("dense")
 
     # -- the question ----------------------------------------------------------------------
     def prefetch_question(self) -> None:
@@ -115,6 +141,16 @@ class QueryContext:
             if self._pending is None:
                 return self.encoder.encode_states(self.request.question)
             return self._pending.result()
+
+    def states_for(self, view: str):
+        """The question's token states from the encoder `view`'s live generation was built with."""
+        encoder = self.encoder_of(view)
+        if encoder is self.encoder:
+            return self.question_states
+        if id(encoder) not in self._states_by_encoder:
+            with self.timed("encode"):
+                self._states_by_encoder[id(encoder)] = encoder.encode_states(self.request.question)
+        return self._states_by_encoder[id(encoder)]
 
     @property
     def qvec(self) -> np.ndarray:

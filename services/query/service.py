@@ -21,9 +21,14 @@ StrategyFn = Callable[[QueryContext], Ranking]
 
 
 class QueryService:
-    def __init__(self, views, encoder, extractor=None, strategies: dict[str, StrategyFn] | None = None):
+    def __init__(self, views, encoder, extractor=None, strategies: dict[str, StrategyFn] | None = None, encoders=None):
+        """`encoders(name)`: the encoder of that name (infra/registry.py `encoder`), so that each view's
+        live generation has its question encoded by the model it was built with (after the
+        configuration names a new encoder, until a replay switches the view). Without it, `encoder`
+        serves every view."""
         self.views = views
         self.encoder = encoder
+        self.encoders = encoders
         self.extractor = extractor
         self.corpora = CorpusCache()
         self.strategies: dict[str, StrategyFn] = strategies or default_strategies()
@@ -35,6 +40,12 @@ class QueryService:
         self.encoder.encode_states("warm up")
         if self.extractor is not None:
             self.extractor.start()
+
+    def _encoder_for(self, view: str, generation: int | None):
+        if self.encoders is None:
+            return self.encoder
+        model = self.views.model(view, generation)
+        return self.encoder if model is None else self.encoders(model)
 
     def boundary(self, r: SearchRequest) -> Boundary:
         if r.since and r.until and r.since > r.until:
@@ -73,7 +84,7 @@ class QueryService:
             raise ViewUnavailable("hierarchy", str(exc).splitlines()[0][:300]) from exc
         used, notes, down = request.strategy, [], set()
         while True:
-            ctx = QueryContext(request, boundary, corpus, self.views, self.encoder, self.extractor)
+            ctx = QueryContext(request, boundary, corpus, self.views, self.encoder, self.extractor, self._encoder_for)
             ctx.timings["corpus"] = (time.perf_counter() - t0) * 1000
             ctx.backends["hierarchy"] = units.backend
             try:

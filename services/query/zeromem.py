@@ -183,7 +183,7 @@ class ZeroMem:
     def _entity_vectors(self) -> np.ndarray:
         """The question's vector and its entities' vectors from one encoder pass: entity spans
         are pooled from the question's own token states (late chunking)."""
-        return self.ctx.question_states.pool(self.profile.entity_spans)
+        return self.ctx.states_for("graph").pool(self.profile.entity_spans)
 
     # -- signals ---------------------------------------------------------------------------
     @property

@@ -112,6 +112,15 @@ def test_activation_switches_and_retires_the_previous_generation(catalog, view):
     assert catalog.new_generation(view) > g2  # numbers are never reused
 
 
+def test_a_generation_records_the_model_it_is_built_with(catalog, view):
+    g1 = catalog.new_generation(view)
+    g2 = catalog.new_generation(view, model="hashing-64")
+    assert catalog.model(view, g1) is None and catalog.model(view, g2) == "hashing-64"
+    catalog.activate(view, g2)
+    assert catalog.model(view, g2) == "hashing-64"  # kept through the switch
+    assert catalog.model(view, g2 + 100) is None
+
+
 def test_views_are_independent(catalog, view):
     other = view + "x"
     catalog.activate(view, catalog.new_generation(view))
