@@ -111,6 +111,7 @@ class Registry:
         self.data_dir = Path(settings.data_dir)
         self._encoder = None
         self._other_encoders: dict[str, object] = {}
+        self._models_lock = threading.Lock()
         self._extractor = None
         self._catalog = None
         self._keystore = None
@@ -372,10 +373,11 @@ class Registry:
         generation's vectors and its questions come from one model, so a generation built before
         the configuration changed keeps its own until a replay replaces it."""
         if name is not None and name != self.encoder_name:
-            if name not in self._other_encoders:
-                enc = self._make_encoder(name, None)
-                enc.start()
-                self._other_encoders[name] = enc
+            with self._models_lock:  # queries ask from several threads; load a model once
+                if name not in self._other_encoders:
+                    enc = self._make_encoder(name, None)
+                    enc.start()
+                    self._other_encoders[name] = enc
             return self._other_encoders[name]
         if self._encoder is None:
             self._encoder = self._make_encoder(self.encoder_name, self.settings.encoder.path)
