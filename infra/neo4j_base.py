@@ -20,7 +20,7 @@ from typing import Iterator
 import neo4j
 from neo4j import exceptions as neo_exc
 
-from schemas.errors import MemstreamError, StoreError, TransientError
+from schemas.errors import CredentialsRefused, MemstreamError, StoreError, TransientError
 from schemas.ports.views import TurnRow
 
 log = logging.getLogger(__name__)
@@ -58,12 +58,15 @@ def translated(uri: str, what: str) -> Iterator[None]:
         raise TransientError(f"Neo4j at {uri} is unavailable while {what} ({type(exc).__name__}: {exc}); "
                              "check that the server is up and reachable; the operation is retried") from exc
     except neo_exc.AuthError as exc:
-        raise StoreError(f"Neo4j at {uri} refused the credentials while {what} ({exc.code}); check the user in "
+        raise CredentialsRefused(f"Neo4j at {uri} refused the credentials while {what} ({exc.code}); check the user in "
                          "MEMSTREAM_VIEWS_GRAPH_URL (neo4j://USER@host:port) and MEMSTREAM_VIEWS_NEO4J_PASSWORD") from None
     except neo_exc.TransientError as exc:
         raise TransientError(f"Neo4j at {uri} reported a transient failure while {what} ({exc.code}: {exc.message}); "
                              "the operation is retried") from exc
     except neo_exc.Neo4jError as exc:
+        if (exc.code or "").startswith("Neo.ClientError.Security."):  # e.g. AuthenticationRateLimit after wrong passwords
+            raise CredentialsRefused(f"Neo4j at {uri} refused the credentials while {what} ({exc.code}); check the user in "
+                                     "MEMSTREAM_VIEWS_GRAPH_URL (neo4j://USER@host:port) and MEMSTREAM_VIEWS_NEO4J_PASSWORD") from None
         raise StoreError(f"Neo4j at {uri} refused {what} ({exc.code}: {exc.message}); check the server's debug.log, "
                          "that the Graph Data Science plugin is installed and gds.* procedures are allowed "
                          "(dbms.security.procedures.unrestricted=gds.*)") from exc

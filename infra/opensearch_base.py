@@ -53,7 +53,7 @@ from opensearchpy import exceptions as os_exc
 
 from infra.turn_docs import doc_turn, ledger_dump, micros, turn_doc
 from schemas import faults
-from schemas.errors import MemstreamError, StoreError, TransientError
+from schemas.errors import CredentialsRefused, MemstreamError, StoreError, TransientError
 from schemas.ordering import order_turns
 from schemas.ports.views import Boundary, ChangeSet, Forget, Positions, TurnRow, ViewName, once_per_request
 
@@ -97,7 +97,7 @@ def translated(url: str, what: str) -> Iterator[None]:
     except os_exc.TransportError as exc:
         status, detail = exc.status_code, _reason(exc)
         if status in (401, 403):
-            raise StoreError(f"OpenSearch at {url} refused the credentials while {what} (HTTP {status}); check the user in the "
+            raise CredentialsRefused(f"OpenSearch at {url} refused the credentials while {what} (HTTP {status}); check the user in the "
                              "URL (opensearch[s]://USER@host:port) and MEMSTREAM_VIEWS_OPENSEARCH_PASSWORD") from None
         if status in _TRANSIENT_STATUS:
             raise TransientError(f"OpenSearch at {url} is overloaded or unavailable while {what} (HTTP {status}: {detail}); "

@@ -43,7 +43,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from infra.turn_docs import doc_turn, ledger_dump, micros, turn_doc
 from schemas import faults
-from schemas.errors import MemstreamError, StoreError, TransientError
+from schemas.errors import CredentialsRefused, MemstreamError, StoreError, TransientError
 from schemas.ordering import order_turns
 from schemas.ports.views import Boundary, Forget, Positions, TurnRow, ViewName, once_per_request
 from schemas.sealing import TextSealer
@@ -149,7 +149,7 @@ def translated(location: str | QdrantClient, what: str) -> Iterator[None]:
             raise TransientError(f"Qdrant at {where} is unreachable or overloaded while {what} (gRPC {code.name}: {details}); "
                                  "check that it is up; the operation is retried") from None
         if code in _GRPC_AUTH:
-            raise StoreError(f"Qdrant at {where} refused the credentials while {what} (gRPC {code.name}); {_AUTH_HINT}") from None
+            raise CredentialsRefused(f"Qdrant at {where} refused the credentials while {what} (gRPC {code.name}); {_AUTH_HINT}") from None
         raise StoreError(f"Qdrant at {where} refused {what} (gRPC {code.name}: {details}); check the Qdrant log and the collection's "
                          "configuration (a collection made by another memstream version needs a new generation: memstream replay)") from None
     except (ResponseHandlingException, ConnectionError, TimeoutError) as exc:
@@ -158,7 +158,7 @@ def translated(location: str | QdrantClient, what: str) -> Iterator[None]:
         if exc.status_code in (429, 502, 503, 504):
             raise TransientError(f"Qdrant at {where} is overloaded or unavailable while {what} (HTTP {exc.status_code}); retried") from exc
         if exc.status_code in (401, 403):
-            raise StoreError(f"Qdrant at {where} refused the credentials while {what} (HTTP {exc.status_code}); {_AUTH_HINT}") from None
+            raise CredentialsRefused(f"Qdrant at {where} refused the credentials while {what} (HTTP {exc.status_code}); {_AUTH_HINT}") from None
         raise StoreError(f"Qdrant at {where} refused {what} (HTTP {exc.status_code}: {exc.content[:300]!r}); check the Qdrant log and "
                          "the collection's configuration (a collection made by another memstream version needs a new generation: "
                          "memstream replay)") from exc

@@ -161,7 +161,8 @@ class Registry:
         if not replication.isdigit():
             raise ConfigurationError(f"bad Kafka log URL {url!r}: replication_factor must be a number")
         brokers, security = self.kafka_connection()
-        return KafkaEventLog(brokers, replication_factor=int(replication), security=security)
+        return KafkaEventLog(brokers, replication_factor=int(replication), security=security,
+                             request_timeout=self.settings.log.request_timeout_seconds)
 
     # -- data keys -------------------------------------------------------------------------
     def keystore(self):

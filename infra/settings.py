@@ -31,6 +31,8 @@ class LogSettings(BaseSettings):
                                                                        "events (relayed sealed at once, then erased; this bounds the rest).")
     kafka_password: SecretStr | None = Field(None, description="SASL password of the user named in a kafka://USER@host URL.")
     kafka_ca_file: Path | None = Field(None, description="CA bundle for kafka+ssl:// (default: the system's).")
+    request_timeout_seconds: float = Field(30.0, gt=0, le=600, description="How long a Kafka request may take before the broker counts "
+                                           "as away: while it is, a publish answers 503 after about this long (twice, at worst).")
 
 
 class ViewSettings(BaseSettings):

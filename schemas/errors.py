@@ -61,6 +61,13 @@ class StoreError(MemstreamError):
     code = "store_error"
 
 
+class CredentialsRefused(StoreError):
+    """A store refused memstream's credentials: the operator's to fix, so queries do not fall back
+    past it as they do past an outage (a wrong password must not hide behind degraded answers)."""
+
+    code = "credentials_refused"
+
+
 class FormatTooNew(ConfigurationError):
     """A file written by a newer release (infra/formats.py): refused, never rewritten."""
 

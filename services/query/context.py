@@ -17,7 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
-from schemas.errors import StoreError, TransientError, ViewUnavailable
+from schemas.errors import CredentialsRefused, StoreError, TransientError, ViewUnavailable
 from schemas.keyindex import KeyIndex
 from schemas.ports.views import Boundary
 from schemas.query import SearchRequest
@@ -45,7 +45,7 @@ class Ranking:
 
 class Guarded:
     """A view's store as the query side reads it: a store that cannot answer (its server down,
-    refusing, timing out) raises ViewUnavailable naming the view, which the query service answers
+    refusing, timing out — but not one refusing memstream's credentials) raises ViewUnavailable naming the view, which the query service answers
     with a fallback strategy or a 503 (services/query/service.py)."""
 
     __slots__ = ("_store", "_view")
@@ -62,6 +62,8 @@ class Guarded:
         def call(*args, **kwargs):
             try:
                 return attr(*args, **kwargs)
+            except CredentialsRefused:
+                raise  # the operator's to fix: no fallback hides it
             except (TransientError, StoreError) as exc:
                 raise ViewUnavailable(view, str(exc).splitlines()[0][:300]) from exc
 
@@ -102,6 +104,8 @@ class QueryContext:
             return pinned
         try:
             s = self.views.store(view)  # (reads the view's catalog, which may live on the same server)
+        except CredentialsRefused:
+            raise
         except (TransientError, StoreError) as exc:
             raise ViewUnavailable(view, str(exc).splitlines()[0][:300]) from exc
         self.backends[view] = s.backend

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from schemas.errors import BadRequest, StoreError, TransientError, ViewUnavailable
+from schemas.errors import BadRequest, CredentialsRefused, StoreError, TransientError, ViewUnavailable
 from schemas.ports.views import Boundary, read_scope
 from schemas.query import Evidence, SearchRequest, SearchResponse
 from services.query import baselines
@@ -71,6 +71,8 @@ class QueryService:
         boundary = self.boundary(request)
         try:
             raw = self.views.store("hierarchy")
+        except CredentialsRefused:
+            raise
         except (TransientError, StoreError) as exc:
             raise ViewUnavailable("hierarchy", str(exc).splitlines()[0][:300]) from exc
         units = Guarded(raw, "hierarchy")  # no fallback without it: a 503 naming it
@@ -80,6 +82,8 @@ class QueryService:
                                   llm_tokens=0, notes=[f"tenant {request.tenant_id!r} holds no memory yet"])
         try:
             corpus = self.corpora.get(raw, boundary)  # (the cache keys on the store itself)
+        except CredentialsRefused:
+            raise
         except (TransientError, StoreError) as exc:
             raise ViewUnavailable("hierarchy", str(exc).splitlines()[0][:300]) from exc
         used, notes, down = request.strategy, [], set()

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from schemas.errors import BadRequest, InvalidEvent, InvalidRequest, PayloadTooLarge
+from schemas.errors import BadRequest, InvalidEvent, InvalidRequest, PayloadTooLarge, TransientError
 from schemas.events import ForgetRequested
 from schemas.security import Principal
 from services.backpressure import Backpressure
@@ -117,8 +117,12 @@ async def post_events(request: Request, principal: Writer):
     items = [_with_tenant(raw, principal) for raw in _items(body, st.settings.api.max_batch)]
     memory = _memory_by_tenant(items)
     if memory and st.backpressure.max_backlog > 0:
-        sample = await st.monitor.sample(max_age=st.settings.ops.sample_seconds)
-        st.backpressure.admit(Backpressure.backlog(sample), memory)
+        try:
+            sample = await st.monitor.sample(max_age=st.settings.ops.sample_seconds)
+        except TransientError:
+            sample = None  # the backlog cannot be measured now (e.g. the log is away): the publish says what is wrong
+        if sample is not None:
+            st.backpressure.admit(Backpressure.backlog(sample), memory)
     results = await st.publisher.publish_items(items, authorizer(principal))
     accepted = [r for r in results if r.status == "accepted"]
     st.backpressure.accepted(_memory_by_tenant([items[r.index] for r in accepted]))

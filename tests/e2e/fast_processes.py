@@ -67,8 +67,12 @@ def positions(data: Path) -> dict[str, dict[int, int]]:
     if not (data / "views" / "catalog.sqlite").exists():
         return {view: {} for view in VIEW_NAMES}
     catalog = sqlite3.connect(data / "views" / "catalog.sqlite")
-    live = dict(catalog.execute("SELECT view, generation FROM generations WHERE state='live'").fetchall())
-    catalog.close()
+    try:
+        live = dict(catalog.execute("SELECT view, generation FROM generations WHERE state='live'").fetchall())
+    except sqlite3.OperationalError:  # the catalog being created this instant
+        return {view: {} for view in VIEW_NAMES}
+    finally:
+        catalog.close()
     files = {"hierarchy": "units.sqlite", "lexical": "ledger.sqlite", "dense": "vectors.sqlite", "graph": "graph.sqlite"}
     out = {}
     for view in VIEW_NAMES:

@@ -14,7 +14,7 @@ import pytest
 from memstream_client import Client
 from tests.canary import new_canary, scan
 from tests.e2e.helpers import assert_same_views
-from tests.e2e.test_crash_recovery import FAST, cli, dumps, env, subset
+from tests.e2e.fast_processes import FAST, cli, dumps, env, subset
 from tests.integration import servers
 
 pytestmark = pytest.mark.e2e

@@ -283,13 +283,24 @@ def reset_neo4j_graph_view(uri: str, generations: range = range(1, 10)) -> None:
     that reuses a server starts its graph view from scratch (contract tests use generations
     >= 1e6 and are left alone)."""
     import neo4j
+    from neo4j.exceptions import ClientError
 
     from infra.neo4j_base import drop_generation_data
 
-    with neo4j.GraphDatabase.driver(uri, auth=neo4j_auth()) as driver, driver.session() as s:
-        for generation in generations:
-            drop_generation_data(s, "graph", generation)
-        s.run("MATCH (n) WHERE (n:MemstreamGeneration OR n:MemstreamCatalogLock) AND n.view = 'graph' DETACH DELETE n").consume()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with neo4j.GraphDatabase.driver(uri, auth=neo4j_auth()) as driver, driver.session() as s:
+                for generation in generations:
+                    drop_generation_data(s, "graph", generation)
+                s.run("MATCH (n) WHERE (n:MemstreamGeneration OR n:MemstreamCatalogLock) AND n.view = 'graph' DETACH DELETE n").consume()
+            return
+        except ClientError as exc:
+            # Tests that try wrong passwords on purpose make Neo4j lock logins for a few seconds
+            # (dbms.security.auth_lock_time, 5 s by default), the right password's too.
+            if exc.code != "Neo.ClientError.Security.AuthenticationRateLimit" or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def memstream_env(settings) -> dict[str, str]:

@@ -16,11 +16,9 @@ While a `memstream worker` projects, Neo4j, then Qdrant, then OpenSearch are sto
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -29,47 +27,20 @@ from infra.settings import Settings
 from schemas.ports.views import VIEW_NAMES
 from tests.e2e import helpers
 from tests.e2e.helpers import assert_same_views, strip_positions
-from tests.e2e.test_crash_recovery import FAST, subset
+from tests.e2e.fast_processes import FAST, subset
 from tests.integration import servers
+from tests.integration.fault_stack import FAST_SETTINGS, server as _server, stack  # noqa: F401 (stack: the fixture)
 from tests.integration.test_distributed_pipeline import lag
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
-REPO = servers.REPO
-OPS = "ops-" + uuid.uuid4().hex
-FAST_SETTINGS = {"encoder": {"model": "hashing"}, "ner": {"model": "lexicon"}}
-
-
-def _server(action: str, name: str) -> None:
-    state = os.environ.get("MEMSTREAM_TEST_SERVERS_STATE")
-    if not state:
-        pytest.skip("STORE OUTAGES NOT TESTED: the servers were not started by scripts/test.sh (MEMSTREAM_TEST_SERVERS_STATE)")
-    out = subprocess.run([str(REPO / "infra" / "servers" / f"{action}.sh"), name, "--data", state], capture_output=True, text=True,
-                         timeout=300, cwd=REPO)
-    assert out.returncode == 0, f"{action} {name}: {out.stderr[-2000:]}"
-
-
-@pytest.fixture
-def stack(kafka_bootstrap, opensearch_url, neo4j_uri, qdrant_url, tmp_path):
-    servers.reset_neo4j_graph_view(neo4j_uri)
-    prefix = f"out{uuid.uuid4().hex[:8]}"
-    host = opensearch_url.removeprefix("http://")
-    settings = Settings.load(
-        data_dir=tmp_path / "distributed", **FAST_SETTINGS,
-        log=servers.kafka_log(kafka_bootstrap, topic=f"{prefix}.events", partitions=2),
-        views={"hierarchy_url": f"opensearch://{host}?prefix={prefix}", "lexical_url": f"opensearch://{host}?prefix={prefix}",
-               "dense_url": servers.qdrant_view_url(qdrant_url, prefix), **servers.neo4j_views(neo4j_uri)},
-        keys={"url": f"opensearch://{host}?prefix={prefix}"},
-    )
-    Path(settings.data_dir).mkdir(parents=True)
-    yield settings
-    servers.drop_qdrant_prefix(qdrant_url, prefix)
-
-
 def _turns(events: list[dict]) -> list[dict]:
     return [e for e in events if e["type"] == "TurnRecorded"]
 
 
-def test_a_store_outage_costs_lag_never_memory(stack, tmp_path):
+OPS = "ops-" + uuid.uuid4().hex
+
+
+def test_a_store_outage_costs_lag_never_memory(stack, tmp_path):  # noqa: F811
     from fastapi.testclient import TestClient
 
     from services.api import create_app
