@@ -14,6 +14,10 @@ Points (where the code calls `hit`):
 - `replay-built`: a replay finished its new generation and has not switched readers to it;
 - `replay-switched`: a replay switched the catalog and has not dropped the old generation.
 
+`MEMSTREAM_FAULT_POISON=<marker>` makes every projection raise on a turn whose text contains
+`<marker>` (`poisoned`): a view that throws on one event, for the dead-letter tests in processes
+the test cannot patch (a faust worker on Kafka).
+
 Read from the environment at the first `hit()`, not at import.
 """
 
@@ -50,3 +54,16 @@ def hit(point: str) -> None:
         sys.stderr.write(f"memstream: MEMSTREAM_FAULT: killing process {os.getpid()} at {point} (visit {_seen[point]})\n")
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+_poison: str | None | bool = False  # False: not read yet
+
+
+def poisoned(view: str, texts) -> None:
+    """Raise if MEMSTREAM_FAULT_POISON is set and one of `texts` contains it."""
+    global _poison
+    if _poison is False:
+        _poison = os.environ.get("MEMSTREAM_FAULT_POISON") or None
+    if _poison is not None and any(_poison in t for t in texts):
+        # (the marker is not repeated: a dead letter's reason must not copy memory text)
+        raise RuntimeError(f"MEMSTREAM_FAULT_POISON: the {view} projection refuses a turn holding the poison marker")

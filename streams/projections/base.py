@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Generic, Sequence, TypeVar
 
+from schemas import faults
 from schemas.errors import InvalidEvent
 from schemas.events import ForgetRequested, TurnRecorded
 from schemas.ports.event_log import LogRecord
@@ -183,6 +184,7 @@ class Projection(Generic[C]):
         if not new_turns and not repairs:
             return change
         if new_turns:
+            faults.poisoned(self.name, [t.text for t in new_turns])  # fault injection (schemas/faults.py); off by default
             self.prepare(new_turns)
         for key in sorted(added):
             before = self.store.session_turns(*key)
