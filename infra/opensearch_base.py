@@ -452,8 +452,9 @@ class OpenSearchViewBase:
         return {(t.tenant_id, t.conversation_id) for t in turns}
 
     def _apply_ledger(self, change: ChangeSet, forget_view) -> set[tuple[str, str]]:
-        """Forgets (view documents via `forget_view(forget)`, then the ledger), turn deletions,
-        turn puts — the first half of the order in schemas/ports/views.py."""
+        """Forgets (view documents via `forget_view(forget)`, then the ledger) and turn deletions —
+        the first part of the order in schemas/ports/views.py; the turn puts come after the view's
+        documents (`_put_turns`, just before `_commit`)."""
         touched: set[tuple[str, str]] = set()
         for forget in change.forgets:
             forget_view(forget)
@@ -461,7 +462,6 @@ class OpenSearchViewBase:
             if forget.scope.conversation_id is not None:
                 touched.add((forget.tenant_id, forget.scope.conversation_id))
         touched |= self._delete_turns(change.delete_turns)
-        touched |= self._put_turns(change.put_turns)
         return touched
 
     def _commit(self, touched: set[tuple[str, str]], positions: Positions, change: ChangeSet | None = None) -> None:

@@ -74,6 +74,7 @@ class OpenSearchLexicalIndex(OpenSearchViewBase):
             self._bulk([{"_op_type": "delete", "_index": self.index, "_id": uid} for uid in deletes]
                        + [{"_op_type": "index", "_index": self.index, "_id": d.unit_id, "_source": _document(d)} for d in change.upsert_docs],
                        "writing lexical documents")
+            touched |= self._put_turns(change.put_turns)  # last before the positions (schemas/ports/views.py ChangeSet)
             self._commit(touched, positions, change)
 
     def _forget_docs(self, forget: Forget) -> None:

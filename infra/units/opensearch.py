@@ -51,6 +51,7 @@ class OpenSearchUnitStore(OpenSearchViewBase):
             self._bulk([{"_op_type": "delete", "_index": self.index, "_id": uid} for uid in deletes]
                        + [{"_op_type": "index", "_index": self.index, "_id": u.unit_id, "_source": _document(u)} for u in change.upsert_units],
                        "writing units")
+            touched |= self._put_turns(change.put_turns)  # last before the positions (schemas/ports/views.py ChangeSet)
             self._commit(touched, positions, change)
 
     def _forget_units(self, forget: Forget) -> None:

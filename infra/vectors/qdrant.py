@@ -85,9 +85,6 @@ class QdrantVectorStore(QdrantViewBase):
             if change.delete_turns:
                 touched |= self._delete_turns(change.delete_turns)
                 client.delete(self.ledger, models.PointIdsList(points=[point_uuid("pooling", t) for t in change.delete_turns]), wait=True)
-            touched |= self._put_turns(change.put_turns)
-            for i in range(0, len(change.pooling), _BATCH):
-                client.upsert(self.ledger, [_pooling_point(p) for p in change.pooling[i:i + _BATCH]], wait=True)
             deletes: dict[str, list[str]] = defaultdict(list)
             for collection, pid in change.delete_points:
                 deletes[collection].append(point_uuid(pid))
@@ -109,6 +106,10 @@ class QdrantVectorStore(QdrantViewBase):
                         for p in points[i:i + _BATCH]
                     ], wait=True)
                 touched.update((p.tenant_id, p.conversation_id) for p in points)
+            # The ledger last (schemas/ports/views.py ChangeSet): a turn found there has its points.
+            for i in range(0, len(change.pooling), _BATCH):
+                client.upsert(self.ledger, [_pooling_point(p) for p in change.pooling[i:i + _BATCH]], wait=True)
+            touched |= self._put_turns(change.put_turns)
             self._commit(touched, positions)
 
     def _forget_points(self, forget: Forget, turns: list[TurnRow]) -> None:

@@ -144,8 +144,11 @@ class Hit:
 
 @dataclass
 class ChangeSet:
-    """What one projection batch changes in its view. Stores apply it in this order:
-    forgets, turn deletions, turn ledger puts, then the view-specific deletes and upserts."""
+    """What one projection batch changes in its view. Stores apply it in this order: forgets,
+    turn deletions, the view-specific deletes and upserts, then the turn ledger puts. Where the
+    change set is not one transaction (the servers), the ledger put comes last on purpose: a turn
+    in the ledger means its view data is written, so a crash before the put re-delivers the turn
+    as new, and a turn found in the ledger is never assumed to have data it lacks."""
 
     forgets: list[Forget] = field(default_factory=list)
     delete_turns: list[str] = field(default_factory=list)  # turn ids
