@@ -702,11 +702,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--tls-key", help="... and this PEM private key")
     s.set_defaults(func=cmd_serve)
 
-    from services import audit_cli, backup_cli, export_cli, forget_cli, keys_cli, mcp_cli, tenants_cli
+    from services import audit_cli, backup_cli, bench_cli, export_cli, forget_cli, keys_cli, mcp_cli, tenants_cli
 
     keys_cli.register(sub)
     backup_cli.register(sub)
     mcp_cli.register(sub)
+    bench_cli.register(sub)
     forget_cli.register(sub)
     tenants_cli.register(sub)
     export_cli.register(sub)

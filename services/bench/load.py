@@ -1,0 +1,286 @@
+"""`memstream bench load`: reads while writes pour in, measured in one run.
+
+A benchmark, not a test: bounded (it stops by itself after `idle + duration` seconds), loopback
+only (it refuses any other address: it is not a load generator for someone else's server). It
+talks to a running `memstream serve` over HTTP like any client, so the same run measures the
+embedded mode (it can start its own `serve` on a scratch directory) and the distributed one (point
+`--url` at a serve whose worker runs beside it).
+
+Phases, one run: `idle` — M searchers alone (search latency idle); `load` — N publishers at a
+fixed offered rate plus the same M searchers. Reported: events/s offered and held (acknowledged),
+event -> searchable freshness (POST /v1/wait on each batch's positions, from its acknowledgement),
+search p50/p99 idle vs under load, errors (anything but 200 and 429; 429 backpressure is counted
+apart), and the RSS and open file descriptors of the given processes over time with their slope
+over the last half of the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+import numpy as np
+
+from schemas.errors import BadRequest
+
+QUESTIONS = ["Who planned the ferry to Lisbon?", "What was the weather on day 40?", "Which market did Mira visit in Kyoto?",
+             "When did Grace talk about the concert?", "What did Linus say about Nairobi?"]
+NAMES = ["Ada", "Bo", "Grace", "Linus", "Mira", "Tomás"]
+PLACES = ["Lisbon", "Akureyri", "Porto Alegre", "Kyoto", "Nairobi"]
+
+
+@dataclass
+class LoadConfig:
+    url: str
+    key: str
+    publishers: int = 4
+    rate: float = 20.0          # events/s offered per publisher
+    batch: int = 10
+    searchers: int = 2
+    idle: float = 30.0
+    duration: float = 300.0
+    strategy: str = "zero-mem"
+    pids: dict[str, int] = field(default_factory=dict)  # name -> pid, for RSS and open files
+    seed: int = 7
+
+
+def check_loopback(url: str) -> None:
+    host = urlparse(url).hostname or ""
+    try:
+        loop = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loop = False
+    if not loop:
+        raise BadRequest(f"memstream bench load runs against a loopback address only, not {host!r}")
+
+
+def _quantiles(values: list[float]) -> dict:
+    if not values:
+        return {"n": 0, "p50_ms": None, "p99_ms": None}
+    a = np.asarray(values)
+    return {"n": len(values), "p50_ms": round(float(np.percentile(a, 50)), 2), "p99_ms": round(float(np.percentile(a, 99)), 2)}
+
+
+def _slope_per_minute(series: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope over the last half of the run, per minute."""
+    half = series[len(series) // 2:]
+    if len(half) < 3:
+        return None
+    t = np.array([s[0] for s in half]) / 60.0
+    y = np.array([s[1] for s in half])
+    return float(np.polyfit(t - t[0], y, 1)[0])
+
+
+def _proc_sample(pid: int) -> tuple[float, int] | None:
+    try:
+        rss_kb = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmRSS:"))
+        return rss_kb / 1024.0, len(os.listdir(f"/proc/{pid}/fd"))
+    except (OSError, StopIteration):
+        return None
+
+
+class LoadRun:
+    def __init__(self, cfg: LoadConfig, progress=print):
+        check_loopback(cfg.url)
+        self.cfg = cfg
+        self.progress = progress
+        self.rng = random.Random(cfg.seed)
+        self.t0 = 0.0
+        self.phase = "idle"
+        self.search_ms: dict[str, list[float]] = {"idle": [], "load": []}
+        self.search_trace: list[tuple[float, float, str]] = []  # (t, ms, phase)
+        self.offered = 0
+        self.acknowledged = 0
+        self.throttled = 0
+        self.errors: list[str] = []
+        self.freshness: list[tuple[float, float]] = []  # (t, seconds)
+        self.procs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in cfg.pids}  # (t, rss MB, fds)
+        self._seq = 0
+        self._waits: set[asyncio.Task] = set()
+
+    # -- the run ----------------------------------------------------------------------------
+    async def run(self) -> dict:
+        cfg = self.cfg
+        headers = {"Authorization": f"Bearer {cfg.key}"}
+        limits = httpx.Limits(max_connections=cfg.publishers + cfg.searchers + 64)
+        async with httpx.AsyncClient(base_url=cfg.url, headers=headers, timeout=120, limits=limits) as http:
+            self.http = http
+            await self._seed_memory()
+            self.t0 = time.monotonic()
+            stop = asyncio.Event()
+            sampler = asyncio.create_task(self._sample_procs(stop))
+            searchers = [asyncio.create_task(self._search(stop)) for _ in range(cfg.searchers)]
+            self.progress(f"bench load: idle phase, {cfg.searchers} searchers for {cfg.idle:.0f}s")
+            await asyncio.sleep(cfg.idle)
+            self.phase = "load"
+            self.load_started = time.monotonic() - self.t0
+            self.progress(f"bench load: load phase, {cfg.publishers} publishers x {cfg.rate:g} events/s + {cfg.searchers} searchers "
+                          f"for {cfg.duration:.0f}s")
+            publishers = [asyncio.create_task(self._publish(i, stop)) for i in range(cfg.publishers)]
+            ticker = asyncio.create_task(self._tick(stop))
+            await asyncio.sleep(cfg.duration)
+            stop.set()
+            await asyncio.gather(*publishers, *searchers, sampler, ticker)
+            if self._waits:
+                await asyncio.wait(self._waits, timeout=120)
+        return self.report()
+
+    async def _seed_memory(self) -> None:
+        """Something to search from the first idle query on: 200 turns, waited for."""
+        r = await self.http.post("/v1/events", json=[self._turn() for _ in range(200)])
+        r.raise_for_status()
+        w = await self.http.post("/v1/wait", json={"positions": r.json()["positions"], "timeout_seconds": 300})
+        w.raise_for_status()
+
+    def _turn(self) -> dict:
+        i = self._seq
+        self._seq += 1
+        who = NAMES[i % len(NAMES)]
+        t = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=i)
+        return {"type": "TurnRecorded", "event_id": f"bench-{self.cfg.seed}-{i}", "tenant_id": "bench", "conversation_id": f"conv-{i // 500}",
+                "session_id": f"s{i // 50}", "agent_id": f"agent-{i % 3}", "turn_index": i % 50, "speaker": who,
+                "text": f"{who} talked about {self.rng.choice(PLACES)} and {self.rng.choice(NAMES)}'s plan for the "
+                        f"{self.rng.choice(['ferry', 'hike', 'concert', 'market'])} on day {i % 90}.",
+                "occurred_at": t.isoformat()}
+
+    async def _publish(self, n: int, stop: asyncio.Event) -> None:
+        interval = self.cfg.batch / self.cfg.rate
+        next_at = time.monotonic() + self.rng.uniform(0, interval)
+        while not stop.is_set():
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            next_at += interval  # a fixed offered rate: a slow answer does not lower it
+            batch = [self._turn() for _ in range(self.cfg.batch)]
+            self.offered += len(batch)
+            try:
+                r = await self.http.post("/v1/events", json=batch)
+            except httpx.HTTPError as exc:
+                self.errors.append(f"publish: {exc!r}")
+                continue
+            if r.status_code == 429:
+                self.throttled += len(batch)
+            elif r.status_code != 200:
+                self.errors.append(f"publish {r.status_code}: {r.text[:200]}")
+            else:
+                self.acknowledged += len(batch)
+                acked = time.monotonic()
+                task = asyncio.create_task(self._freshness(r.json()["positions"], acked))
+                self._waits.add(task)
+                task.add_done_callback(self._waits.discard)
+
+    async def _freshness(self, positions: dict, acked: float) -> None:
+        try:
+            r = await self.http.post("/v1/wait", json={"positions": positions, "timeout_seconds": 300})
+        except httpx.HTTPError as exc:
+            self.errors.append(f"wait: {exc!r}")
+            return
+        if r.status_code == 200:
+            self.freshness.append((acked - self.t0, time.monotonic() - acked))
+        else:
+            self.errors.append(f"wait {r.status_code}: {r.text[:200]}")
+
+    async def _search(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            t = time.monotonic()
+            try:
+                r = await self.http.post("/v1/search", json={"tenant_id": "bench", "question": self.rng.choice(QUESTIONS),
+                                                             "strategy": self.cfg.strategy, "max_turns": 10})
+            except httpx.HTTPError as exc:
+                self.errors.append(f"search: {exc!r}")
+                continue
+            ms = (time.monotonic() - t) * 1000
+            if r.status_code != 200:
+                self.errors.append(f"search {r.status_code}: {r.text[:200]}")
+                continue
+            self.search_ms[self.phase].append(ms)
+            self.search_trace.append((t - self.t0, ms, self.phase))
+
+    async def _sample_procs(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            now = time.monotonic() - self.t0
+            for name, pid in self.cfg.pids.items():
+                s = _proc_sample(pid)
+                if s is not None:
+                    self.procs[name].append((now, s[0], s[1]))
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _tick(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), 30.0)
+            except asyncio.TimeoutError:
+                elapsed = time.monotonic() - self.t0 - self.load_started
+                self.progress(f"bench load: {elapsed:.0f}/{self.cfg.duration:.0f}s, {self.acknowledged} events held, "
+                              f"search p50 {_quantiles(self.search_ms['load'])['p50_ms']} ms, {len(self.errors)} errors")
+
+    # -- the report -------------------------------------------------------------------------
+    def report(self) -> dict:
+        cfg = self.cfg
+        idle, load = _quantiles(self.search_ms["idle"]), _quantiles(self.search_ms["load"])
+        fresh = [s for _, s in self.freshness]
+        out = {
+            "config": {k: v for k, v in cfg.__dict__.items() if k != "key"},
+            "offered_events_per_s": round(self.offered / cfg.duration, 2),
+            "held_events_per_s": round(self.acknowledged / cfg.duration, 2),
+            "throttled_events": self.throttled,
+            "freshness": {"n": len(fresh), "p50_s": round(float(np.percentile(fresh, 50)), 3) if fresh else None,
+                          "p99_s": round(float(np.percentile(fresh, 99)), 3) if fresh else None},
+            "search": {"idle": idle, "load": load,
+                       "p99_ratio": round(load["p99_ms"] / idle["p99_ms"], 2) if idle["p99_ms"] and load["p99_ms"] else None},
+            "errors": len(self.errors), "error_samples": self.errors[:10],
+            "processes": {name: {"rss_mb_first": round(s[0][1], 1) if s else None, "rss_mb_last": round(s[-1][1], 1) if s else None,
+                                 "rss_mb_per_min_last_half": _round(_slope_per_minute([(t, r) for t, r, _ in s])),
+                                 "fds_first": s[0][2] if s else None, "fds_last": s[-1][2] if s else None,
+                                 "fds_per_min_last_half": _round(_slope_per_minute([(t, float(f)) for t, _, f in s]))}
+                          for name, s in self.procs.items()},
+        }
+        return out
+
+    def plot(self, path: Path, title: str) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
+        for phase, colour in (("idle", "tab:green"), ("load", "tab:red")):
+            pts = [(t, ms) for t, ms, p in self.search_trace if p == phase]
+            if pts:
+                axes[0].scatter(*zip(*pts), s=4, c=colour, label=f"search ({phase})")
+        axes[0].set_ylabel("search latency (ms)")
+        axes[0].set_yscale("log")
+        axes[0].legend(loc="upper left")
+        if self.freshness:
+            axes[1].scatter(*zip(*self.freshness), s=4, c="tab:blue")
+        axes[1].set_ylabel("event -> searchable (s)")
+        for name, s in self.procs.items():
+            if s:
+                axes[2].plot([t for t, _, _ in s], [r for _, r, _ in s], label=f"{name} RSS (MB)")
+                axes[2].plot([t for t, _, _ in s], [f for _, _, f in s], "--", label=f"{name} open files")
+        axes[2].set_ylabel("RSS MB / open files")
+        axes[2].set_xlabel("seconds since start")
+        axes[2].legend(loc="upper left")
+        fig.suptitle(title)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def write(result: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")

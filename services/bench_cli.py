@@ -1,0 +1,108 @@
+"""`memstream bench load`: reads while writes pour in (services/bench/load.py). Without --url it
+starts its own `memstream serve` on a scratch data directory (the embedded mode, the configured
+models) on a free loopback port, and stops it at the end."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+
+def register(sub) -> None:
+    s = sub.add_parser("bench", help="benchmarks against a live deployment")
+    bsub = s.add_subparsers(dest="bench_command", required=True)
+    b = bsub.add_parser("load", help="N publishers at a fixed rate plus M searchers; search latency idle vs under load, freshness, "
+                                     "RSS and open files (loopback only; stops by itself)")
+    b.add_argument("--url", help="a running memstream serve (loopback); default: start one on a scratch directory (embedded)")
+    b.add_argument("--key", help="an admin or writer key of the tenant 'bench' (default: $MEMSTREAM_API_KEY; made when starting serve)")
+    b.add_argument("--publishers", type=int, default=4)
+    b.add_argument("--rate", type=float, default=20.0, help="events/s offered per publisher (default 20)")
+    b.add_argument("--batch", type=int, default=10, help="events per publish (default 10)")
+    b.add_argument("--searchers", type=int, default=2)
+    b.add_argument("--idle", type=float, default=30.0, help="seconds of searches alone first (default 30)")
+    b.add_argument("--duration", type=float, default=300.0, help="seconds under load (default 300)")
+    b.add_argument("--strategy", default="zero-mem")
+    b.add_argument("--pid", action="append", default=[], metavar="NAME=PID", help="also sample this process's RSS and open files")
+    b.add_argument("--out", type=Path, default=Path("bench-results/load.json"))
+    b.add_argument("--plot", type=Path, help="write PNG plots here")
+    b.add_argument("--title", default="memstream bench load")
+    s.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from services.bench.load import LoadConfig, LoadRun, check_loopback, write
+
+    pids = dict(p.split("=", 1) for p in args.pid)
+    with _serve(args) as (url, key, serve_pid):
+        check_loopback(url)
+        if serve_pid:
+            pids.setdefault("serve", serve_pid)
+        cfg = LoadConfig(url=url, key=key, publishers=args.publishers, rate=args.rate, batch=args.batch, searchers=args.searchers,
+                         idle=args.idle, duration=args.duration, strategy=args.strategy, pids={k: int(v) for k, v in pids.items()})
+        run = LoadRun(cfg, progress=lambda m: print(m, file=sys.stderr, flush=True))
+        result = asyncio.run(run.run())
+    result["command"] = " ".join(["memstream", *sys.argv[1:]])
+    write(result, args.out)
+    if args.plot:
+        run.plot(args.plot, args.title)
+    print(json.dumps(result, indent=2))
+    return 0 if result["errors"] == 0 else 1
+
+
+@contextmanager
+def _serve(args) -> Iterator[tuple[str, str, int | None]]:
+    if args.url:
+        key = args.key or os.environ.get("MEMSTREAM_API_KEY")
+        if not key:
+            raise SystemExit("memstream bench load --url needs --key or MEMSTREAM_API_KEY")
+        yield args.url.rstrip("/"), key, None
+        return
+    binary = str(Path(sys.executable).with_name("memstream"))
+    with tempfile.TemporaryDirectory(prefix="memstream-bench-") as tmp:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSTREAM_LOG_", "MEMSTREAM_VIEWS_", "MEMSTREAM_KEYS_"))}
+        env.update(MEMSTREAM_DATA_DIR=str(Path(tmp) / "data"), MEMSTREAM_OPS_TOKEN="ops-" + secrets.token_urlsafe(16),
+                   MEMSTREAM_API_RATE_LIMIT_PER_SECOND="0")
+        made = subprocess.run([binary, "keys", "create", "--role", "admin", "--json", "--name", "bench load"], env=env,
+                              capture_output=True, text=True, timeout=120)
+        if made.returncode != 0:
+            raise SystemExit(f"memstream keys create failed: {made.stderr[-2000:]}")
+        key = json.loads(made.stdout)["key"]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        log = open(Path(tmp) / "serve.log", "wb")
+        proc = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 300
+            while True:
+                if proc.poll() is not None:
+                    raise SystemExit(f"memstream serve exited: {(Path(tmp) / 'serve.log').read_text()[-2000:]}")
+                try:
+                    with urllib.request.urlopen(f"{url}/healthz", timeout=5):
+                        break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise SystemExit("memstream serve did not answer /healthz within 300 s") from None
+                    time.sleep(0.5)
+            yield url, key, proc.pid
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            log.close()
