@@ -4,7 +4,9 @@ stopping/starting one of the servers scripts/test.sh started (same data, same po
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import subprocess
 import uuid
 from pathlib import Path
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from infra.settings import Settings
+from schemas.ports.views import VIEW_NAMES
 from tests.integration import servers
 
 REPO = servers.REPO
@@ -43,3 +46,54 @@ def stack(kafka_bootstrap, opensearch_url, neo4j_uri, qdrant_url, tmp_path):
     Path(settings.data_dir).mkdir(parents=True)
     yield settings
     servers.drop_qdrant_prefix(qdrant_url, prefix)
+
+
+def stop_worker(worker: subprocess.Popen) -> None:
+    """SIGTERM (faust's clean shutdown), SIGKILL if it does not exit within two minutes."""
+    worker.send_signal(signal.SIGTERM)
+    try:
+        worker.wait(120)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+
+
+def uninterrupted(data_dir: Path, events: list[dict]) -> dict:
+    """Canonical dumps of an embedded run over `events` that nothing interrupted (the fast path)."""
+    from services.runtime import build_pipeline
+    from tests.e2e import helpers
+
+    async def run():
+        pipeline = build_pipeline(Settings.load(data_dir=data_dir, **FAST_SETTINGS))
+        await pipeline.start()
+        try:
+            await helpers.publish(pipeline, events)
+            await pipeline.process_until_caught_up()
+            return {v: pipeline.store(v).canonical_dump() for v in VIEW_NAMES}
+        finally:
+            await pipeline.close()
+    return asyncio.run(run())
+
+
+def distributed(registry) -> dict:
+    """Canonical dumps of the deployment's live views."""
+    from services.views import LiveViews
+
+    live = LiveViews(registry)
+    try:
+        return {v: live.store(v).canonical_dump() for v in VIEW_NAMES}
+    finally:
+        live.close()
+
+
+def end_offsets(settings: Settings) -> dict[int, int]:
+    """The event topic's end offsets."""
+    from infra.registry import Registry
+
+    async def read():
+        log = Registry(settings).event_log()
+        await log.start()
+        try:
+            return await log.end_offsets(settings.log.topic)
+        finally:
+            await log.close()
+    return asyncio.run(read())

@@ -11,9 +11,7 @@ covered on Kafka by tests/integration/test_kafka_consumer_fuzz.py."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -21,25 +19,16 @@ import uuid
 import pytest
 
 from infra.registry import Registry
-from infra.settings import Settings
 from schemas.ports.views import VIEW_NAMES
 from tests.e2e import helpers
 from tests.e2e.fast_processes import FAST, subset
 from tests.e2e.helpers import assert_same_views, strip_positions
 from tests.integration import servers
-from tests.integration.fault_stack import FAST_SETTINGS, stack  # noqa: F401 (stack: the fixture)
+from tests.integration.fault_stack import distributed, end_offsets, stack, stop_worker, uninterrupted  # noqa: F401 (stack: the fixture)
 from tests.integration.test_distributed_pipeline import lag
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 MARKER = "poison-" + uuid.uuid4().hex[:8]
-
-
-def _stop(worker: subprocess.Popen) -> None:
-    worker.send_signal(signal.SIGTERM)
-    try:
-        worker.wait(120)
-    except subprocess.TimeoutExpired:
-        worker.kill()
 
 
 def test_a_view_that_throws_on_one_event_dead_letters_it_and_goes_on(stack, tmp_path):  # noqa: F811
@@ -70,7 +59,7 @@ def test_a_view_that_throws_on_one_event_dead_letters_it_and_goes_on(stack, tmp_
             assert dead[0]["replayed"] is False
         assert_same_views(strip_positions(uninterrupted(tmp_path / "without", turns[:17] + turns[18:])),
                           strip_positions(distributed(registry)), atol=1e-5)
-        _stop(worker)
+        stop_worker(worker)
 
         ready = tmp_path / "worker2.ready"  # the cause fixed: a worker without the fault
         worker = servers.spawn_worker(settings, tmp_path / "worker2.log", ready, **FAST)
@@ -79,43 +68,10 @@ def test_a_view_that_throws_on_one_event_dead_letters_it_and_goes_on(stack, tmp_
         out = subprocess.run([sys.executable, "-m", "services.cli", "dlq", "replay"], env={**os.environ, **env},
                              capture_output=True, text=True, timeout=300, cwd=servers.REPO)
         assert out.returncode == 0, out.stderr[-3000:]
-        end = asyncio.run(_end_offsets(settings))
+        end = end_offsets(settings)
         helpers.until(lambda: all(v == 0 for v in lag(settings, end).values()), "every view to take the replayed turn", 300)
         assert_same_views(strip_positions(uninterrupted(tmp_path / "all", turns)), strip_positions(distributed(registry)), atol=1e-5)
     finally:
         if worker is not None:
-            _stop(worker)
+            stop_worker(worker)
 
-
-def uninterrupted(data_dir, turns) -> dict:
-    async def run():
-        from services.runtime import build_pipeline
-
-        pipeline = build_pipeline(Settings.load(data_dir=data_dir, **FAST_SETTINGS))
-        await pipeline.start()
-        try:
-            await helpers.publish(pipeline, turns)
-            await pipeline.process_until_caught_up()
-            return {v: pipeline.store(v).canonical_dump() for v in VIEW_NAMES}
-        finally:
-            await pipeline.close()
-    return asyncio.run(run())
-
-
-def distributed(registry) -> dict:
-    from services.views import LiveViews
-
-    live = LiveViews(registry)
-    try:
-        return {v: live.store(v).canonical_dump() for v in VIEW_NAMES}
-    finally:
-        live.close()
-
-
-async def _end_offsets(settings: Settings) -> dict[int, int]:
-    log = Registry(settings).event_log()
-    await log.start()
-    try:
-        return await log.end_offsets(settings.log.topic)
-    finally:
-        await log.close()

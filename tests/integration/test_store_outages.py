@@ -15,21 +15,17 @@ While a `memstream worker` projects, Neo4j, then Qdrant, then OpenSearch are sto
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import subprocess
 import uuid
 
 import pytest
 
 from infra.registry import Registry
-from infra.settings import Settings
 from schemas.ports.views import VIEW_NAMES
 from tests.e2e import helpers
 from tests.e2e.helpers import assert_same_views, strip_positions
 from tests.e2e.fast_processes import FAST, subset
 from tests.integration import servers
-from tests.integration.fault_stack import FAST_SETTINGS, server as _server, stack  # noqa: F401 (stack: the fixture)
+from tests.integration.fault_stack import distributed, server as _server, stack, stop_worker, uninterrupted  # noqa: F401 (stack: the fixture)
 from tests.integration.test_distributed_pipeline import lag
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -105,33 +101,8 @@ def test_a_store_outage_costs_lag_never_memory(stack, tmp_path):  # noqa: F811
             helpers.until(lambda: all(v == 0 for v in lag(settings, end).values()), "every view to catch up after the outages", 300,
                           alive=alive)
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(120)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-
-    async def uninterrupted():
-        fast = Settings.load(data_dir=tmp_path / "embedded", **FAST_SETTINGS)
-        from services.runtime import build_pipeline
-
-        pipeline = build_pipeline(fast)
-        await pipeline.start()
-        try:
-            await helpers.publish(pipeline, published)
-            await pipeline.process_until_caught_up()
-            return {v: pipeline.store(v).canonical_dump() for v in VIEW_NAMES}
-        finally:
-            await pipeline.close()
-
-    from services.views import LiveViews
-
-    live = LiveViews(registry)
-    try:
-        distributed = {v: live.store(v).canonical_dump() for v in VIEW_NAMES}
-    finally:
-        live.close()
-    assert_same_views(strip_positions(asyncio.run(uninterrupted())), strip_positions(distributed), atol=1e-5)
+        stop_worker(worker)
+    assert_same_views(strip_positions(uninterrupted(tmp_path / "embedded", published)), strip_positions(distributed(registry)), atol=1e-5)
 
 
 def scrape_info(port: int) -> dict:

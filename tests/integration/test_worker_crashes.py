@@ -21,8 +21,7 @@ from tests.e2e import helpers
 from tests.e2e.fast_processes import FAST, subset
 from tests.e2e.helpers import assert_same_views, strip_positions
 from tests.integration import servers
-from tests.integration.fault_stack import stack  # noqa: F401 (stack: the fixture)
-from tests.integration.test_dead_letters_on_kafka import distributed, uninterrupted
+from tests.integration.fault_stack import distributed, stack, stop_worker, uninterrupted  # noqa: F401 (stack: the fixture)
 from tests.integration.test_distributed_pipeline import lag
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -55,11 +54,7 @@ def test_a_worker_killed_at_each_point_loses_and_duplicates_nothing(stack, refer
         helpers.until(lambda: all(v == 0 for v in lag(settings, end).values()), f"every view to catch up after the kill at {point}", 300,
                       alive=lambda: worker.poll() is not None and (tmp_path / "restarted.log").read_text()[-3000:])
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(120)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        stop_worker(worker)
     assert_same_views(reference, strip_positions(distributed(Registry(settings))), atol=1e-5)
     print(f"worker killed at {point} (visit {visit}) with views behind by {behind}; restarted, caught up, views equal")
 
@@ -129,11 +124,7 @@ def test_seeded_random_worker_kills_land_mid_work_and_change_nothing(stack, tmp_
         helpers.until(lambda: all(v == 0 for v in behind(settings, end).values()), "every view to catch up after the kills", 300,
                       alive=lambda: worker.poll() is not None and (tmp_path / "final.log").read_text()[-3000:])
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(120)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        stop_worker(worker)
     reference = strip_positions(uninterrupted(tmp_path / "reference", items))
     assert_same_views(reference, strip_positions(distributed(Registry(settings))), atol=1e-5)
     print(f"random worker kills on Kafka: {kills} landed mid-work in {runs} runs")
