@@ -32,7 +32,8 @@ from services.http_guard import EdgeGuard, error_body
 from services.ops.metrics import Metrics
 from services.backpressure import Backpressure
 from services.ops.monitor import OpsMonitor
-from services.runtime import build_pipeline
+from services.projection_child import ProjectionChild
+from services.runtime import build_pipeline, settle_heap
 from services.views import LiveViews
 from streams.audit import AuditTrail
 from streams.ingest import Publisher
@@ -58,6 +59,7 @@ class State:
     query: Any
     reader: Any = None
     runner_task: asyncio.Task | None = None
+    projections: ProjectionChild | None = None
     stop: asyncio.Event
 
 
@@ -89,8 +91,10 @@ NO_KEY = ("no API key is configured: create one with `memstream keys create --ro
           "`--tenant T --role writer`), or start with --insecure-no-auth on a loopback address for local experiments")
 
 
-def create_app(settings: Settings, *, process: bool = True, registry: Registry | None = None, insecure: bool = False) -> FastAPI:
-    """`insecure`: no authentication at all (--insecure-no-auth), refused unless the API binds
+def create_app(settings: Settings, *, process: bool | str = True, registry: Registry | None = None, insecure: bool = False) -> FastAPI:
+    """`process`: True runs the projections in this process, "child" in a child process of their
+    own (services/projection_child.py), False not at all (another process runs them).
+    `insecure`: no authentication at all (--insecure-no-auth), refused unless the API binds
     to a loopback address, and announced in the log and on /v1/status."""
     if insecure and not is_loopback(settings.api.host):
         raise ConfigurationError(f"--insecure-no-auth is accepted only on a loopback address, not {settings.api.host!r}")
@@ -117,7 +121,10 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
         state.auth = Authenticator(None if insecure else state.keyring, ops_token,
                                    TokenBuckets(settings.api.rate_limit_per_second, settings.api.rate_limit_burst),
                                    secure_cookies=settings.api.tls_cert is not None)
-        if process:
+        if process == "child":
+            state.projections = ProjectionChild(settings.data_dir)
+            state.runner_task = asyncio.create_task(state.projections.supervise(state.stop))
+        elif process:
             await state.pipeline.start()
             state.runner_task = asyncio.create_task(state.pipeline.run(state.stop))
         state.audit = AuditTrail(state.pipeline.log, settings.log.topic)
@@ -132,6 +139,7 @@ def create_app(settings: Settings, *, process: bool = True, registry: Registry |
                                    audit=state.audit)
         state.monitor_task = asyncio.create_task(state.monitor.run(state.stop))
         state.backpressure = Backpressure(settings.api.max_backlog, state.metrics)
+        settle_heap()
         try:
             yield
         finally:

@@ -35,6 +35,12 @@ def register(sub) -> None:
     b.add_argument("--idle", type=float, default=30.0, help="seconds of searches alone first (default 30)")
     b.add_argument("--duration", type=float, default=300.0, help="seconds under load (default 300)")
     b.add_argument("--strategy", default="zero-mem")
+    b.add_argument("--scope", choices=("conversation", "tenant"), default="conversation",
+                   help="what a search covers: one conversation, half of them being written (default), or the whole growing tenant")
+    b.add_argument("--conversation-turns", type=int, default=500,
+                   help="turns per conversation: a publisher starts a new one after this many; the memory is seeded with two (default 500)")
+    b.add_argument("--projections", choices=("inline", "child"), default="child",
+                   help="the serve this starts runs its projections in-process or in a child process (default; see memstream serve)")
     b.add_argument("--pid", action="append", default=[], metavar="NAME=PID", help="also sample this process's RSS and open files")
     b.add_argument("--out", type=Path, default=Path("bench-results/load.json"))
     b.add_argument("--plot", type=Path, help="write PNG plots here")
@@ -50,8 +56,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         check_loopback(url)
         if serve_pid:
             pids.setdefault("serve", serve_pid)
+            for child in _children(serve_pid):
+                pids.setdefault("projections", child)
         cfg = LoadConfig(url=url, key=key, publishers=args.publishers, rate=args.rate, batch=args.batch, searchers=args.searchers,
-                         idle=args.idle, duration=args.duration, strategy=args.strategy, pids={k: int(v) for k, v in pids.items()})
+                         idle=args.idle, duration=args.duration, strategy=args.strategy, scope=args.scope,
+                         conversation_turns=args.conversation_turns, pids={k: int(v) for k, v in pids.items()})
         run = LoadRun(cfg, progress=lambda m: print(m, file=sys.stderr, flush=True))
         result = asyncio.run(run.run())
     result["command"] = " ".join(["memstream", *sys.argv[1:]])
@@ -60,6 +69,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         run.plot(args.plot, args.title)
     print(json.dumps(result, indent=2))
     return 0 if result["errors"] == 0 else 1
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
 
 
 @contextmanager
@@ -84,7 +100,8 @@ def _serve(args) -> Iterator[tuple[str, str, int | None]]:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         log = open(Path(tmp) / "serve.log", "wb")
-        proc = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", str(port),
+                                 "--projections", args.projections], env=env, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 300

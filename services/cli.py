@@ -121,12 +121,13 @@ async def cmd_ingest(args) -> int:
 
 
 async def cmd_process(args) -> int:
-    from services.runtime import build_pipeline
+    from services.runtime import build_pipeline, settle_heap
 
     settings = _settings(args)
     views = tuple(args.views.split(",")) if getattr(args, "views", None) else VIEW_NAMES
     pipeline = build_pipeline(settings, views=views)
     await pipeline.start()
+    settle_heap()
     try:
         if args.until_caught_up:
             target = await pipeline.log.end_offsets(settings.log.topic)
@@ -570,7 +571,8 @@ def cmd_serve(args) -> int:
     if args.insecure_no_auth:
         print(f"memstream: WARNING: authentication is off (--insecure-no-auth): anyone who reaches {settings.api.host}:"
               f"{settings.api.port} is an admin of every tenant", file=sys.stderr)
-    app = create_app(settings, process=not args.no_process, insecure=args.insecure_no_auth)
+    projections = "none" if args.no_process else args.projections
+    app = create_app(settings, process={"inline": True, "child": "child", "none": False}[projections], insecure=args.insecure_no_auth)
     tls = {"ssl_certfile": str(settings.api.tls_cert), "ssl_keyfile": str(settings.api.tls_key)} if settings.api.tls_cert else {}
     uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_level="debug" if args.verbose else "warning", **tls)
     return 0
@@ -696,7 +698,10 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run the HTTP API (and, embedded, the projections in-process)")
     s.add_argument("--host")
     s.add_argument("--port", type=int)
-    s.add_argument("--no-process", action="store_true", help="serve only; another process runs the projections")
+    s.add_argument("--projections", choices=("inline", "child", "none"), default="inline",
+                   help="where the projections run: in this process (default), in a child process at a lower priority so that "
+                        "searches stay fast under sustained ingest, or nowhere (another process runs them)")
+    s.add_argument("--no-process", action="store_true", help="the same as --projections none")
     s.add_argument("--insecure-no-auth", action="store_true", help="no API keys at all (loopback addresses only; announced in the log and /v1/status)")
     s.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate (chain) ...")
     s.add_argument("--tls-key", help="... and this PEM private key")

@@ -242,9 +242,8 @@ class Pipeline:
         data: a new generation replaces it at once and is built from the log as the view catches up
         (queries fall back meanwhile, as for a view that is down)."""
         new = self.catalog.new_generation(view, self.model_for(view))
-        log.warning("view=%s: %s; rebuilding it from the log into generation %d", view, why, new)
-        print(f"memstream: the {view} view's generation {generation} is in a format this release no longer reads; "
-              f"rebuilding it from the log into generation {new}", file=sys.stderr, flush=True)
+        log.warning("the %s view's generation %d is in a format this release no longer reads; rebuilding it from the log into "
+                    "generation %d (%s)", view, generation, new, why)
         live = self._open_live(view, new)
         self.catalog.activate(view, new)
         self.backends.drop_view(view, generation)

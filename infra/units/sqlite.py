@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 
 from infra.sqlite_base import SqliteViewBase, _chunks, boundary_where, forget_where
 from schemas.ports.unit_store import UnitChangeSet
@@ -18,9 +20,17 @@ CREATE INDEX IF NOT EXISTS units_scope ON units (tenant_id, conversation_id, ses
 """
 
 
+PARSED_LISTINGS_KEPT = 64  # boundary listings whose parsed units are kept (as many as the query side's corpus cache)
+
+
 class SqliteUnitStore(SqliteViewBase):
     view = "hierarchy"
     extra_schema = _SCHEMA
+
+    def __init__(self, path, generation: int):
+        super().__init__(path, generation)
+        self._parsed: OrderedDict[tuple, dict[str, TraceUnit]] = OrderedDict()
+        self._parsed_lock = threading.Lock()
 
     def apply(self, change: UnitChangeSet, positions: Positions) -> None:
         with self._change_tx(change) as c:
@@ -61,7 +71,7 @@ class SqliteUnitStore(SqliteViewBase):
     def list_units(self, boundary: Boundary, kind: UnitKind) -> list[TraceUnit]:
         where, args = boundary_where(boundary)
         rows = self._conn().execute(f"SELECT data FROM units WHERE {where} AND kind=?", (*args, kind)).fetchall()
-        units = [TraceUnit.model_validate_json(r[0]) for r in rows]
+        units = self._parsed_units(boundary, kind, [r[0] for r in rows])
         units = [u for u in units if _inside(u, boundary)]
         session_start: dict[tuple[str, str], object] = {}
         for u in units:
@@ -74,6 +84,23 @@ class SqliteUnitStore(SqliteViewBase):
             key=lambda u: (u.provenance.conversation_id, session_start[(u.provenance.conversation_id, u.provenance.session_id)],
                            u.provenance.session_id, u.provenance.turn_start, u.unit_id),
         )
+
+    def _parsed_units(self, boundary: Boundary, kind: UnitKind, texts: list[str]) -> list[TraceUnit]:
+        """Each listing's units parsed once: a conversation being written changes its version with
+        every batch and the query side lists it again, while most of its units are unchanged —
+        re-validating them was most of that cost. The memo of a listing holds exactly what the
+        listing returned, so a forgotten or replaced unit leaves it at the next listing; the
+        listings remembered are bounded (units are frozen, so sharing them is safe)."""
+        key = (boundary.tenant_id, boundary.conversation_ids, kind)
+        with self._parsed_lock:
+            before = self._parsed.get(key, {})
+        now = {t: before.get(t) or TraceUnit.model_validate_json(t) for t in texts}
+        with self._parsed_lock:
+            self._parsed[key] = now
+            self._parsed.move_to_end(key)
+            while len(self._parsed) > PARSED_LISTINGS_KEPT:
+                self._parsed.popitem(last=False)
+        return list(now.values()) if len(now) == len(texts) else [now[t] for t in texts]
 
     def session_unit_ids(self, tenant_id: str, conversation_id: str, session_id: str) -> set[str]:
         rows = self._conn().execute(

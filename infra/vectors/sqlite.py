@@ -32,7 +32,11 @@ CREATE INDEX IF NOT EXISTS points_owner ON points (owner_id);
 
 
 class _Matrix:
-    __slots__ = ("ids", "keys", "vectors", "sessions", "agents", "t_from", "t_to")
+    """One scope's points. Rebuilt whenever its conversation's version moves (every batch while it
+    is being written), so only what every search needs is made up front; the filter columns
+    (agents, times: parsing them was most of a rebuild) are made the first time a filter asks."""
+
+    __slots__ = ("ids", "keys", "vectors", "sessions", "_rows", "_agents", "_t_from", "_t_to")
 
     def __init__(self, rows: list[tuple]):
         self.ids = [r[0] for r in rows]
@@ -40,9 +44,26 @@ class _Matrix:
         self.keys.flags.writeable = False  # handed to callers as is (score_units): a KeyIndex memoises read-only key arrays
         self.vectors = np.stack([np.frombuffer(r[5], dtype=np.float32) for r in rows]) if rows else np.zeros((0, 0), np.float32)
         self.sessions = np.array([r[1] for r in rows], dtype=object)
-        self.agents = [set(json.loads(r[2])) for r in rows]
-        self.t_from = [datetime.fromisoformat(r[3]) for r in rows]
-        self.t_to = [datetime.fromisoformat(r[4]) for r in rows]
+        self._rows = [r[2:5] for r in rows]  # agents JSON, from, to (not the vector blobs: those are in `vectors`)
+        self._agents = self._t_from = self._t_to = None
+
+    @property
+    def agents(self) -> list[set[str]]:
+        if self._agents is None:
+            self._agents = [set(json.loads(r[0])) for r in self._rows]
+        return self._agents
+
+    @property
+    def t_from(self) -> list[datetime]:
+        if self._t_from is None:
+            self._t_from = [datetime.fromisoformat(r[1]) for r in self._rows]
+        return self._t_from
+
+    @property
+    def t_to(self) -> list[datetime]:
+        if self._t_to is None:
+            self._t_to = [datetime.fromisoformat(r[2]) for r in self._rows]
+        return self._t_to
 
 
 class SqliteVectorStore(SqliteViewBase):

@@ -12,6 +12,12 @@ event -> searchable freshness (POST /v1/wait on each batch's positions, from its
 search p50/p99 idle vs under load, errors (anything but 200 and 429; 429 backpressure is counted
 apart), and the RSS and open file descriptors of the given processes over time with their slope
 over the last half of the run.
+
+Each publisher is an agent writing its own conversations (a new one every `conversation_turns`).
+With `scope="conversation"` (the default: an agent searches its own memory) every other search
+asks about a conversation being written right now and the rest about a random finished one, so
+the searched data is the same size idle and under load; `scope="tenant"` searches the whole tenant,
+which grows during the run (its latency then grows with the data as well as with the load).
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ class LoadConfig:
     idle: float = 30.0
     duration: float = 300.0
     strategy: str = "zero-mem"
+    scope: str = "conversation"  # what a search covers: "conversation" (an agent's own) or "tenant" (all of it)
+    conversation_turns: int = 500  # a publisher starts a new conversation after this many turns
     pids: dict[str, int] = field(default_factory=dict)  # name -> pid, for RSS and open files
     seed: int = 7
 
@@ -97,6 +105,7 @@ class LoadRun:
         self.t0 = 0.0
         self.phase = "idle"
         self.search_ms: dict[str, list[float]] = {"idle": [], "load": []}
+        self.search_by_target: dict[str, list[float]] = {"being_written": [], "finished": []}  # under load
         self.search_trace: list[tuple[float, float, str]] = []  # (t, ms, phase)
         self.offered = 0
         self.acknowledged = 0
@@ -104,7 +113,10 @@ class LoadRun:
         self.errors: list[str] = []
         self.freshness: list[tuple[float, float]] = []  # (t, seconds)
         self.procs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in cfg.pids}  # (t, rss MB, fds)
-        self._seq = 0
+        self._seq: dict[str, int] = {}  # conversation -> turns written
+        self._writing: dict[int, str] = {}  # publisher -> the conversation it writes now
+        self._finished: list[str] = []
+        self._searches = 0
         self._waits: set[asyncio.Task] = set()
 
     # -- the run ----------------------------------------------------------------------------
@@ -135,18 +147,31 @@ class LoadRun:
         return self.report()
 
     async def _seed_memory(self) -> None:
-        """Something to search from the first idle query on: 200 turns, waited for."""
-        r = await self.http.post("/v1/events", json=[self._turn() for _ in range(200)])
-        r.raise_for_status()
-        w = await self.http.post("/v1/wait", json={"positions": r.json()["positions"], "timeout_seconds": 300})
-        w.raise_for_status()
+        """Something to search from the first idle query on: two whole conversations, waited for."""
+        for k in range(2):
+            conv = f"seed-{k}"
+            for start in range(0, self.cfg.conversation_turns, 100):
+                n = min(100, self.cfg.conversation_turns - start)
+                r = await self.http.post("/v1/events", json=[self._turn(conv) for _ in range(n)])
+                r.raise_for_status()
+                w = await self.http.post("/v1/wait", json={"positions": r.json()["positions"], "timeout_seconds": 300})
+                w.raise_for_status()
+            self._finished.append(conv)
 
-    def _turn(self) -> dict:
-        i = self._seq
-        self._seq += 1
+    def _conversation(self, publisher: int) -> str:
+        conv = self._writing.get(publisher)
+        if conv is None or self._seq.get(conv, 0) >= self.cfg.conversation_turns:
+            if conv is not None:
+                self._finished.append(conv)
+            conv = self._writing[publisher] = f"p{publisher}-{len([c for c in self._seq if c.startswith(f'p{publisher}-')])}"
+        return conv
+
+    def _turn(self, conv: str) -> dict:
+        i = self._seq.get(conv, 0)
+        self._seq[conv] = i + 1
         who = NAMES[i % len(NAMES)]
         t = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=i)
-        return {"type": "TurnRecorded", "event_id": f"bench-{self.cfg.seed}-{i}", "tenant_id": "bench", "conversation_id": f"conv-{i // 500}",
+        return {"type": "TurnRecorded", "event_id": f"bench-{self.cfg.seed}-{conv}-{i}", "tenant_id": "bench", "conversation_id": conv,
                 "session_id": f"s{i // 50}", "agent_id": f"agent-{i % 3}", "turn_index": i % 50, "speaker": who,
                 "text": f"{who} talked about {self.rng.choice(PLACES)} and {self.rng.choice(NAMES)}'s plan for the "
                         f"{self.rng.choice(['ferry', 'hike', 'concert', 'market'])} on day {i % 90}.",
@@ -158,7 +183,8 @@ class LoadRun:
         while not stop.is_set():
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             next_at += interval  # a fixed offered rate: a slow answer does not lower it
-            batch = [self._turn() for _ in range(self.cfg.batch)]
+            conv = self._conversation(n)
+            batch = [self._turn(conv) for _ in range(self.cfg.batch)]
             self.offered += len(batch)
             try:
                 r = await self.http.post("/v1/events", json=batch)
@@ -190,9 +216,12 @@ class LoadRun:
     async def _search(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             t = time.monotonic()
+            body = {"tenant_id": "bench", "question": self.rng.choice(QUESTIONS), "strategy": self.cfg.strategy, "max_turns": 10}
+            target = None
+            if self.cfg.scope == "conversation":
+                body["conversation_id"], target = self._search_target()
             try:
-                r = await self.http.post("/v1/search", json={"tenant_id": "bench", "question": self.rng.choice(QUESTIONS),
-                                                             "strategy": self.cfg.strategy, "max_turns": 10})
+                r = await self.http.post("/v1/search", json=body)
             except httpx.HTTPError as exc:
                 self.errors.append(f"search: {exc!r}")
                 continue
@@ -201,7 +230,16 @@ class LoadRun:
                 self.errors.append(f"search {r.status_code}: {r.text[:200]}")
                 continue
             self.search_ms[self.phase].append(ms)
+            if target and self.phase == "load":
+                self.search_by_target[target].append(ms)
             self.search_trace.append((t - self.t0, ms, self.phase))
+
+    def _search_target(self) -> tuple[str, str]:
+        self._searches += 1
+        writing = list(self._writing.values())
+        if writing and self._searches % 2:
+            return self.rng.choice(writing), "being_written"
+        return self.rng.choice(self._finished), "finished"
 
     async def _sample_procs(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -236,7 +274,7 @@ class LoadRun:
             "throttled_events": self.throttled,
             "freshness": {"n": len(fresh), "p50_s": round(float(np.percentile(fresh, 50)), 3) if fresh else None,
                           "p99_s": round(float(np.percentile(fresh, 99)), 3) if fresh else None},
-            "search": {"idle": idle, "load": load,
+            "search": {"idle": idle, "load": load, "load_by_conversation": {k: _quantiles(v) for k, v in self.search_by_target.items() if v},
                        "p99_ratio": round(load["p99_ms"] / idle["p99_ms"], 2) if idle["p99_ms"] and load["p99_ms"] else None},
             "errors": len(self.errors), "error_samples": self.errors[:10],
             "processes": {name: {"rss_mb_first": round(s[0][1], 1) if s else None, "rss_mb_last": round(s[-1][1], 1) if s else None,

@@ -179,6 +179,6 @@ async def wait_for_views(st, target: dict[int, int], timeout: float) -> bool:
     """True once every view's live generation and the eraser have processed up to `target`.
     Positions come from the stores, so this works whoever runs the projections: this process,
     `memstream process`, or faust workers on other machines."""
-    if st.runner_task is not None:
+    if st.runner_task is not None and st.projections is None:  # the projections run in this process
         return await st.pipeline.wait_for(target, timeout)
     return await positions_reached(st.views, st.pipeline.keystore, target, timeout)
