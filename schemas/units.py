@@ -7,6 +7,7 @@ of the log, so replaying the log reproduces them and upserts make reprocessing h
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -61,10 +62,12 @@ def sentence_id(turn_id: str, index: int) -> str:
     return f"{turn_id}.s{index}"
 
 
+@functools.lru_cache(maxsize=1 << 18)
 def unit_key(unit_id: str) -> int:
     """A non-negative 63-bit integer for a unit/sentence id. Search engines keep it as a numeric
     column so that ranking all of a boundary's units needs no stored-document fetches; callers
-    map keys back to the ids they know (the boundary's units)."""
+    map keys back to the ids they know (the boundary's units). Memoised: the query side hashes a
+    conversation's ids again whenever its version moves (every batch while it is written)."""
     return int.from_bytes(hashlib.blake2b(unit_id.encode("utf-8"), digest_size=8).digest(), "big") >> 1
 
 

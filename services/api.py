@@ -33,7 +33,7 @@ from services.ops.metrics import Metrics
 from services.backpressure import Backpressure
 from services.ops.monitor import OpsMonitor
 from services.projection_child import ProjectionChild
-from services.runtime import build_pipeline, settle_heap
+from services.runtime import build_pipeline, keep_heap_settled, settle_heap
 from services.views import LiveViews
 from streams.audit import AuditTrail
 from streams.ingest import Publisher
@@ -140,11 +140,13 @@ def create_app(settings: Settings, *, process: bool | str = True, registry: Regi
         state.monitor_task = asyncio.create_task(state.monitor.run(state.stop))
         state.backpressure = Backpressure(settings.api.max_backlog, state.metrics)
         settle_heap()
+        heap_task = asyncio.create_task(keep_heap_settled(state.stop))
         try:
             yield
         finally:
             state.stop.set()
             await state.monitor_task
+            await heap_task
             if state.runner_task is not None:
                 await state.runner_task
             state.views.close()

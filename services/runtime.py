@@ -3,6 +3,7 @@ objects from, so the CLI, the HTTP server and the eval harness are wired identic
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
@@ -33,20 +34,29 @@ def build_pipeline(settings: Settings, views: tuple[ViewName, ...] = VIEW_NAMES,
     return Pipeline(registry or Registry(settings), pipeline_config(settings), views=views, metrics=metrics)
 
 
-GC_THRESHOLDS = (50_000, 20, 100)  # CPython's defaults are (700, 10, 10)
-
-
 def settle_heap() -> None:
     """Call once a long-running process has loaded its models and opened its stores. The objects
     made so far (models, vocabularies, libraries: millions) move to the collector's permanent
     generation: without that every full collection walks them all — 0.4–0.7 s pauses of a serving
-    process under ingest, measured with `memstream bench load`, each one a search's p99. What is
-    left (the query caches, rebuilt as conversations change) still made 0.1–0.2 s full
-    collections every few seconds, so collections are also made rarer: almost everything here is
-    freed by reference counting (a full collection found tens to hundreds of cyclic objects)."""
+    process under ingest, measured with `memstream bench load`, each one a search's p99."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
+
+
+async def keep_heap_settled(stop: asyncio.Event, every: float = 30.0) -> None:
+    """A serving process's query caches (corpora, graph snapshots, matrices: millions of objects
+    as conversations multiply) made full collections of up to 1 s under ingest. What has survived
+    the young collections since the last call joins the permanent generation, so a full collection
+    walks only what is newer. Objects left there are still freed by reference counting when a
+    cache drops them (the caches hold no cycles); only cyclic garbage that already reached the old
+    generation would stay, and the young collection made first removes what is cyclic among the
+    new objects."""
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), every)
+        except asyncio.TimeoutError:
+            gc.collect(1)
+            gc.freeze()
 
 
 def configure_logging(verbose: bool = False) -> None:

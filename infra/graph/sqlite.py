@@ -70,7 +70,7 @@ class SqliteGraphStore(SqliteViewBase):
     view = "graph"
     extra_schema = _SCHEMA
 
-    def __init__(self, path, generation: int, cache_size: int = 32):
+    def __init__(self, path, generation: int, cache_size: int = 64):  # conversations, as many as the corpus cache
         super().__init__(path, generation)
         self._cache: OrderedDict[tuple, tuple[tuple, _Snapshot]] = OrderedDict()
         self._cache_lock = threading.Lock()

@@ -42,7 +42,9 @@ class _Matrix:
         self.ids = [r[0] for r in rows]
         self.keys = np.array([unit_key(i) for i in self.ids], dtype=np.int64)
         self.keys.flags.writeable = False  # handed to callers as is (score_units): a KeyIndex memoises read-only key arrays
-        self.vectors = np.stack([np.frombuffer(r[5], dtype=np.float32) for r in rows]) if rows else np.zeros((0, 0), np.float32)
+        # One buffer for the whole matrix (every vector of a collection has the collection's dimension).
+        self.vectors = np.frombuffer(b"".join(r[5] for r in rows), dtype=np.float32).reshape(len(rows), -1) if rows \
+            else np.zeros((0, 0), np.float32)
         self.sessions = np.array([r[1] for r in rows], dtype=object)
         self._rows = [r[2:5] for r in rows]  # agents JSON, from, to (not the vector blobs: those are in `vectors`)
         self._agents = self._t_from = self._t_to = None
@@ -70,7 +72,7 @@ class SqliteVectorStore(SqliteViewBase):
     view = "dense"
     extra_schema = _SCHEMA
 
-    def __init__(self, path, generation: int, cache_size: int = 64):
+    def __init__(self, path, generation: int, cache_size: int = 256):  # 64 conversations (the corpus cache's) x 4 collections
         super().__init__(path, generation)
         self._cache: OrderedDict[tuple, tuple[int, _Matrix]] = OrderedDict()
         self._cache_lock = threading.Lock()

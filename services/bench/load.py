@@ -1,22 +1,24 @@
 """`memstream bench load`: reads while writes pour in, measured in one run.
 
-A benchmark, not a test: bounded (it stops by itself after `idle + duration` seconds), loopback
-only (it refuses any other address: it is not a load generator for someone else's server). It
-talks to a running `memstream serve` over HTTP like any client, so the same run measures the
-embedded mode (it can start its own `serve` on a scratch directory) and the distributed one (point
-`--url` at a serve whose worker runs beside it).
+A benchmark, not a test: bounded (it stops by itself after its phases), loopback only (it refuses
+any other address: it is not a load generator for someone else's server). It talks to a running
+`memstream serve` over HTTP like any client, so the same run measures the embedded mode (it can
+start its own `serve` on a scratch directory) and the distributed one (point `--url` at a serve
+whose workers run beside it).
 
-Phases, one run: `idle` — M searchers alone (search latency idle); `load` — N publishers at a
-fixed offered rate plus the same M searchers. Reported: events/s offered and held (acknowledged),
-event -> searchable freshness (POST /v1/wait on each batch's positions, from its acknowledgement),
-search p50/p99 idle vs under load, errors (anything but 200 and 429; 429 backpressure is counted
-apart), and the RSS and open file descriptors of the given processes over time with their slope
-over the last half of the run.
+Phases, one run: `idle` — M searchers alone; `load` — N publishers at a fixed offered rate plus
+the same M searchers; `idle_after` — once the views have caught up, the searchers alone again, on
+all the data the run wrote. Reported: events/s offered and held (acknowledged), event -> searchable
+freshness (POST /v1/wait on each batch's positions, from its acknowledgement), search p50/p99 per
+phase, errors (anything but 200 and 429; 429 backpressure and publishes re-sent after a dropped
+connection are counted apart), and the RSS, open file descriptors and CPU use of the given
+processes over time, with the RSS and descriptor slopes over the last half of the run.
 
 Each publisher is an agent writing its own conversations (a new one every `conversation_turns`).
 With `scope="conversation"` (the default: an agent searches its own memory) every other search
-asks about a conversation being written right now and the rest about a random finished one, so
-the searched data is the same size idle and under load; `scope="tenant"` searches the whole tenant,
+asks about a conversation being written right now and the rest about a random finished one (so a
+search covers at most `conversation_turns` turns in every phase, but the finished conversations
+multiply during the run and stop fitting the query caches); `scope="tenant"` searches the whole tenant,
 which grows during the run (its latency then grows with the data as well as with the load).
 """
 
@@ -88,12 +90,26 @@ def _slope_per_minute(series: list[tuple[float, float]]) -> float | None:
     return float(np.polyfit(t - t[0], y, 1)[0])
 
 
-def _proc_sample(pid: int) -> tuple[float, int] | None:
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_sample(pid: int) -> tuple[float, int, float] | None:
+    """(RSS MB, open files, CPU seconds so far) of a process."""
     try:
         rss_kb = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmRSS:"))
-        return rss_kb / 1024.0, len(os.listdir(f"/proc/{pid}/fd"))
-    except (OSError, StopIteration):
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu = (int(stat[11]) + int(stat[12])) / _TICKS  # utime + stime
+        return rss_kb / 1024.0, len(os.listdir(f"/proc/{pid}/fd")), cpu
+    except (OSError, StopIteration, IndexError, ValueError):
         return None
+
+
+def _cpu_share(samples: list[tuple], since: float, until: float = float("inf")) -> float | None:
+    """Mean CPU use (1.0 = one core) between two moments of the run."""
+    window = [x for x in samples if since <= x[0] <= until]
+    if len(window) < 2 or window[-1][0] <= window[0][0]:
+        return None
+    return (window[-1][3] - window[0][3]) / (window[-1][0] - window[0][0])
 
 
 class LoadRun:
@@ -104,15 +120,16 @@ class LoadRun:
         self.rng = random.Random(cfg.seed)
         self.t0 = 0.0
         self.phase = "idle"
-        self.search_ms: dict[str, list[float]] = {"idle": [], "load": []}
+        self.search_ms: dict[str, list[float]] = {"idle": [], "load": [], "idle_after": []}
         self.search_by_target: dict[str, list[float]] = {"being_written": [], "finished": []}  # under load
         self.search_trace: list[tuple[float, float, str]] = []  # (t, ms, phase)
         self.offered = 0
         self.acknowledged = 0
         self.throttled = 0
+        self.resent = 0
         self.errors: list[str] = []
         self.freshness: list[tuple[float, float]] = []  # (t, seconds)
-        self.procs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in cfg.pids}  # (t, rss MB, fds)
+        self.procs: dict[str, list[tuple[float, float, int, float]]] = {name: [] for name in cfg.pids}  # (t, rss MB, fds, cpu s)
         self._seq: dict[str, int] = {}  # conversation -> turns written
         self._writing: dict[int, str] = {}  # publisher -> the conversation it writes now
         self._finished: list[str] = []
@@ -137,13 +154,22 @@ class LoadRun:
             self.load_started = time.monotonic() - self.t0
             self.progress(f"bench load: load phase, {cfg.publishers} publishers x {cfg.rate:g} events/s + {cfg.searchers} searchers "
                           f"for {cfg.duration:.0f}s")
-            publishers = [asyncio.create_task(self._publish(i, stop)) for i in range(cfg.publishers)]
-            ticker = asyncio.create_task(self._tick(stop))
+            publishing = asyncio.Event()
+            publishers = [asyncio.create_task(self._publish(i, publishing)) for i in range(cfg.publishers)]
+            ticker = asyncio.create_task(self._tick(publishing))
             await asyncio.sleep(cfg.duration)
-            stop.set()
-            await asyncio.gather(*publishers, *searchers, sampler, ticker)
+            publishing.set()
+            self.load_ended = time.monotonic() - self.t0
+            await asyncio.gather(*publishers, ticker)
             if self._waits:
-                await asyncio.wait(self._waits, timeout=120)
+                await asyncio.wait(self._waits, timeout=300)
+            # The same searches once the views have caught up, on all the data the run wrote: what
+            # the data's growth alone costs, apart from the writes.
+            self.phase = "idle_after"
+            self.progress(f"bench load: idle again (the views caught up), {cfg.searchers} searchers for {cfg.idle:.0f}s")
+            await asyncio.sleep(cfg.idle)
+            stop.set()
+            await asyncio.gather(*searchers, sampler)
         return self.report()
 
     async def _seed_memory(self) -> None:
@@ -187,7 +213,7 @@ class LoadRun:
             batch = [self._turn(conv) for _ in range(self.cfg.batch)]
             self.offered += len(batch)
             try:
-                r = await self.http.post("/v1/events", json=batch)
+                r = await self._post_events(batch)
             except httpx.HTTPError as exc:
                 self.errors.append(f"publish: {exc!r}")
                 continue
@@ -201,6 +227,19 @@ class LoadRun:
                 task = asyncio.create_task(self._freshness(r.json()["positions"], acked))
                 self._waits.add(task)
                 task.add_done_callback(self._waits.discard)
+
+    async def _post_events(self, batch: list[dict]) -> httpx.Response:
+        """A connection the server closed as it was reused (keep-alive expiry racing the request)
+        fails before any answer: sent again, as a client does — the same event ids, so a batch
+        that did reach the log is not stored twice. Counted apart from errors."""
+        for attempt in range(3):
+            try:
+                return await self.http.post("/v1/events", json=batch)
+            except (httpx.ReadError, httpx.RemoteProtocolError, httpx.ConnectError):
+                if attempt == 2:
+                    raise
+                self.resent += 1
+        raise AssertionError("unreachable")
 
     async def _freshness(self, positions: dict, acked: float) -> None:
         try:
@@ -247,7 +286,7 @@ class LoadRun:
             for name, pid in self.cfg.pids.items():
                 s = _proc_sample(pid)
                 if s is not None:
-                    self.procs[name].append((now, s[0], s[1]))
+                    self.procs[name].append((now, *s))
             try:
                 await asyncio.wait_for(stop.wait(), 1.0)
             except asyncio.TimeoutError:
@@ -265,22 +304,26 @@ class LoadRun:
     # -- the report -------------------------------------------------------------------------
     def report(self) -> dict:
         cfg = self.cfg
-        idle, load = _quantiles(self.search_ms["idle"]), _quantiles(self.search_ms["load"])
+        idle, load, after = (_quantiles(self.search_ms[p]) for p in ("idle", "load", "idle_after"))
         fresh = [s for _, s in self.freshness]
         out = {
             "config": {k: v for k, v in cfg.__dict__.items() if k != "key"},
             "offered_events_per_s": round(self.offered / cfg.duration, 2),
             "held_events_per_s": round(self.acknowledged / cfg.duration, 2),
             "throttled_events": self.throttled,
+            "resent_publishes": self.resent,
             "freshness": {"n": len(fresh), "p50_s": round(float(np.percentile(fresh, 50)), 3) if fresh else None,
                           "p99_s": round(float(np.percentile(fresh, 99)), 3) if fresh else None},
-            "search": {"idle": idle, "load": load, "load_by_conversation": {k: _quantiles(v) for k, v in self.search_by_target.items() if v},
-                       "p99_ratio": round(load["p99_ms"] / idle["p99_ms"], 2) if idle["p99_ms"] and load["p99_ms"] else None},
+            "search": {"idle": idle, "load": load, "idle_after": after,
+                       "load_by_conversation": {k: _quantiles(v) for k, v in self.search_by_target.items() if v},
+                       "p99_ratio": _ratio(load["p99_ms"], idle["p99_ms"]), "p99_ratio_to_idle_after": _ratio(load["p99_ms"], after["p99_ms"])},
             "errors": len(self.errors), "error_samples": self.errors[:10],
             "processes": {name: {"rss_mb_first": round(s[0][1], 1) if s else None, "rss_mb_last": round(s[-1][1], 1) if s else None,
-                                 "rss_mb_per_min_last_half": _round(_slope_per_minute([(t, r) for t, r, _ in s])),
+                                 "rss_mb_per_min_last_half": _round(_slope_per_minute([(x[0], x[1]) for x in s])),
                                  "fds_first": s[0][2] if s else None, "fds_last": s[-1][2] if s else None,
-                                 "fds_per_min_last_half": _round(_slope_per_minute([(t, float(f)) for t, _, f in s]))}
+                                 "fds_per_min_last_half": _round(_slope_per_minute([(x[0], float(x[2])) for x in s])),
+                                 "cpu_cores_idle": _round(_cpu_share(s, 0.0, self.load_started)),
+                                 "cpu_cores_load": _round(_cpu_share(s, self.load_started, self.load_ended))}
                           for name, s in self.procs.items()},
         }
         return out
@@ -292,7 +335,7 @@ class LoadRun:
         import matplotlib.pyplot as plt
 
         fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
-        for phase, colour in (("idle", "tab:green"), ("load", "tab:red")):
+        for phase, colour in (("idle", "tab:green"), ("load", "tab:red"), ("idle_after", "tab:olive")):
             pts = [(t, ms) for t, ms, p in self.search_trace if p == phase]
             if pts:
                 axes[0].scatter(*zip(*pts), s=4, c=colour, label=f"search ({phase})")
@@ -304,8 +347,8 @@ class LoadRun:
         axes[1].set_ylabel("event -> searchable (s)")
         for name, s in self.procs.items():
             if s:
-                axes[2].plot([t for t, _, _ in s], [r for _, r, _ in s], label=f"{name} RSS (MB)")
-                axes[2].plot([t for t, _, _ in s], [f for _, _, f in s], "--", label=f"{name} open files")
+                axes[2].plot([x[0] for x in s], [x[1] for x in s], label=f"{name} RSS (MB)")
+                axes[2].plot([x[0] for x in s], [x[2] for x in s], "--", label=f"{name} open files")
         axes[2].set_ylabel("RSS MB / open files")
         axes[2].set_xlabel("seconds since start")
         axes[2].legend(loc="upper left")
@@ -313,6 +356,10 @@ class LoadRun:
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a and b else None
 
 
 def _round(x: float | None) -> float | None:

@@ -25,7 +25,7 @@ def test_bench_load_runs_and_reports(tmp_path):
     assert r["errors"] == 0 and r["config"]["scope"] == "conversation"
     assert 0 < r["held_events_per_s"] <= r["offered_events_per_s"]
     assert r["freshness"]["n"] > 0 and r["freshness"]["p50_s"] <= r["freshness"]["p99_s"]
-    assert r["search"]["idle"]["n"] > 0 and r["search"]["load"]["n"] > 0
+    assert r["search"]["idle"]["n"] > 0 and r["search"]["load"]["n"] > 0 and r["search"]["idle_after"]["n"] > 0
     assert set(r["search"]["load_by_conversation"]) <= {"being_written", "finished"}
     assert {"serve", "projections"} <= set(r["processes"]) and r["processes"]["projections"]["rss_mb_last"] > 0
     assert png.stat().st_size > 10_000
