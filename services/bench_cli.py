@@ -27,7 +27,8 @@ def register(sub) -> None:
     b = bsub.add_parser("load", help="N publishers at a fixed rate plus M searchers; search latency idle vs under load, freshness, "
                                      "RSS and open files (loopback only; stops by itself)")
     b.add_argument("--url", help="a running memstream serve (loopback); default: start one on a scratch directory (embedded)")
-    b.add_argument("--key", help="an admin or writer key of the tenant 'bench' (default: $MEMSTREAM_API_KEY; made when starting serve)")
+    b.add_argument("--key", help="an admin or writer key of the tenant 'bench' (default and better: $MEMSTREAM_API_KEY, which no other "
+                                 "user of the machine sees; made when starting serve)")
     b.add_argument("--publishers", type=int, default=4)
     b.add_argument("--rate", type=float, default=20.0, help="events/s offered per publisher (default 20)")
     b.add_argument("--batch", type=int, default=10, help="events per publish (default 10)")
@@ -63,12 +64,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
                          conversation_turns=args.conversation_turns, pids={k: int(v) for k, v in pids.items()})
         run = LoadRun(cfg, progress=lambda m: print(m, file=sys.stderr, flush=True))
         result = asyncio.run(run.run())
-    result["command"] = " ".join(["memstream", *sys.argv[1:]])
+    result["command"] = " ".join(["memstream", *_redacted(sys.argv[1:])])
     write(result, args.out)
     if args.plot:
         run.plot(args.plot, args.title)
     print(json.dumps(result, indent=2))
     return 0 if result["errors"] == 0 else 1
+
+
+def _redacted(argv: list[str]) -> list[str]:
+    """The command as run, for the report, without the key (prefer MEMSTREAM_API_KEY: a command
+    line is visible to every user of the machine)."""
+    out, hide = [], False
+    for a in argv:
+        if hide:
+            out.append("***")
+        elif a.startswith("--key="):
+            out.append("--key=***")
+        else:
+            out.append(a)
+        hide = a == "--key"
+    return out
 
 
 def _children(pid: int) -> list[int]:

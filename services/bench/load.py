@@ -44,6 +44,8 @@ QUESTIONS = ["Who planned the ferry to Lisbon?", "What was the weather on day 40
              "When did Grace talk about the concert?", "What did Linus say about Nairobi?"]
 NAMES = ["Ada", "Bo", "Grace", "Linus", "Mira", "Tomás"]
 PLACES = ["Lisbon", "Akureyri", "Porto Alegre", "Kyoto", "Nairobi"]
+MAX_IN_FLIGHT = 64  # publishes of one publisher awaiting their answer
+WARMUP_SEARCHES = 10  # per searcher, before the idle phase and not counted: a server's first answers pay its warm-up
 
 
 @dataclass
@@ -127,6 +129,7 @@ class LoadRun:
         self.acknowledged = 0
         self.throttled = 0
         self.resent = 0
+        self.saturated = 0
         self.errors: list[str] = []
         self.freshness: list[tuple[float, float]] = []  # (t, seconds)
         self.procs: dict[str, list[tuple[float, float, int, float]]] = {name: [] for name in cfg.pids}  # (t, rss MB, fds, cpu s)
@@ -144,6 +147,7 @@ class LoadRun:
         async with httpx.AsyncClient(base_url=cfg.url, headers=headers, timeout=120, limits=limits) as http:
             self.http = http
             await self._seed_memory()
+            await self._warm_up()
             self.t0 = time.monotonic()
             stop = asyncio.Event()
             sampler = asyncio.create_task(self._sample_procs(stop))
@@ -184,6 +188,16 @@ class LoadRun:
                 w.raise_for_status()
             self._finished.append(conv)
 
+    async def _warm_up(self) -> None:
+        async def one_searcher():
+            for _ in range(WARMUP_SEARCHES):
+                body = {"tenant_id": "bench", "question": self.rng.choice(QUESTIONS), "strategy": self.cfg.strategy, "max_turns": 10}
+                if self.cfg.scope == "conversation":
+                    body["conversation_id"] = self.rng.choice(self._finished)
+                (await self.http.post("/v1/search", json=body)).raise_for_status()
+
+        await asyncio.gather(*(one_searcher() for _ in range(self.cfg.searchers)))
+
     def _conversation(self, publisher: int) -> str:
         conv = self._writing.get(publisher)
         if conv is None or self._seq.get(conv, 0) >= self.cfg.conversation_turns:
@@ -204,29 +218,44 @@ class LoadRun:
                 "occurred_at": t.isoformat()}
 
     async def _publish(self, n: int, stop: asyncio.Event) -> None:
+        """Open loop: a batch every `batch / rate` seconds whatever the answers take (each publish
+        is its own task), so a slow server does not lower the offered rate — up to
+        MAX_IN_FLIGHT publishes of this publisher at once; a batch due past that is counted as
+        not offered (`client_saturated_events`), not silently dropped."""
         interval = self.cfg.batch / self.cfg.rate
         next_at = time.monotonic() + self.rng.uniform(0, interval)
+        in_flight: set[asyncio.Task] = set()
         while not stop.is_set():
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-            next_at += interval  # a fixed offered rate: a slow answer does not lower it
+            next_at += interval
+            if len(in_flight) >= MAX_IN_FLIGHT:
+                self.saturated += self.cfg.batch
+                continue
             conv = self._conversation(n)
             batch = [self._turn(conv) for _ in range(self.cfg.batch)]
             self.offered += len(batch)
-            try:
-                r = await self._post_events(batch)
-            except httpx.HTTPError as exc:
-                self.errors.append(f"publish: {exc!r}")
-                continue
-            if r.status_code == 429:
-                self.throttled += len(batch)
-            elif r.status_code != 200:
-                self.errors.append(f"publish {r.status_code}: {r.text[:200]}")
-            else:
-                self.acknowledged += len(batch)
-                acked = time.monotonic()
-                task = asyncio.create_task(self._freshness(r.json()["positions"], acked))
-                self._waits.add(task)
-                task.add_done_callback(self._waits.discard)
+            task = asyncio.create_task(self._publish_one(batch))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        if in_flight:
+            await asyncio.wait(in_flight)
+
+    async def _publish_one(self, batch: list[dict]) -> None:
+        try:
+            r = await self._post_events(batch)
+        except httpx.HTTPError as exc:
+            self.errors.append(f"publish: {exc!r}")
+            return
+        if r.status_code == 429:
+            self.throttled += len(batch)
+        elif r.status_code != 200:
+            self.errors.append(f"publish {r.status_code}: {r.text[:200]}")
+        else:
+            self.acknowledged += len(batch)
+            acked = time.monotonic()
+            task = asyncio.create_task(self._freshness(r.json()["positions"], acked))
+            self._waits.add(task)
+            task.add_done_callback(self._waits.discard)
 
     async def _post_events(self, batch: list[dict]) -> httpx.Response:
         """A connection the server closed as it was reused (keep-alive expiry racing the request)
@@ -312,6 +341,7 @@ class LoadRun:
             "held_events_per_s": round(self.acknowledged / cfg.duration, 2),
             "throttled_events": self.throttled,
             "resent_publishes": self.resent,
+            "client_saturated_events": self.saturated,
             "freshness": {"n": len(fresh), "p50_s": round(float(np.percentile(fresh, 50)), 3) if fresh else None,
                           "p99_s": round(float(np.percentile(fresh, 99)), 3) if fresh else None},
             "search": {"idle": idle, "load": load, "idle_after": after,

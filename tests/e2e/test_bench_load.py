@@ -36,3 +36,10 @@ def test_bench_load_refuses_a_remote_address(tmp_path):
     run = subprocess.run([str(BIN), "bench", "load", "--url", "http://192.0.2.10:8080", "--key", "x", "--out", str(tmp_path / "x.json")],
                          env=env(tmp_path / "unused"), capture_output=True, text=True, timeout=120)
     assert run.returncode != 0 and "loopback" in run.stderr
+
+
+def test_the_recorded_command_never_holds_the_key():
+    from services.bench_cli import _redacted
+
+    assert _redacted(["bench", "load", "--key", "msk_secret", "--url", "http://127.0.0.1:1", "--key=msk_other"]) == \
+        ["bench", "load", "--key", "***", "--url", "http://127.0.0.1:1", "--key=***"]
