@@ -43,6 +43,19 @@ class Ranking:
     notes: list[str] = field(default_factory=list)
 
 
+@contextmanager
+def unavailable_as(view: str) -> Iterator[None]:
+    """A store error while reading `view` becomes ViewUnavailable(view): the query falls back past
+    the view, or answers 503 naming it. Refused credentials stay what they are — the operator's to
+    fix, which no fallback may hide."""
+    try:
+        yield
+    except CredentialsRefused:
+        raise
+    except (TransientError, StoreError) as exc:
+        raise ViewUnavailable(view, str(exc).splitlines()[0][:300]) from exc
+
+
 class Guarded:
     """A view's store as the query side reads it: a store that cannot answer (its server down,
     refusing, timing out — but not one refusing memstream's credentials) raises ViewUnavailable naming the view, which the query service answers
@@ -60,12 +73,8 @@ class Guarded:
         view = self._view
 
         def call(*args, **kwargs):
-            try:
+            with unavailable_as(view):
                 return attr(*args, **kwargs)
-            except CredentialsRefused:
-                raise  # the operator's to fix: no fallback hides it
-            except (TransientError, StoreError) as exc:
-                raise ViewUnavailable(view, str(exc).splitlines()[0][:300]) from exc
 
         return call
 
@@ -102,12 +111,8 @@ class QueryContext:
         pinned = self._stores.get(view)
         if pinned is not None:
             return pinned
-        try:
+        with unavailable_as(view):
             s = self.views.store(view)  # (reads the view's catalog, which may live on the same server)
-        except CredentialsRefused:
-            raise
-        except (TransientError, StoreError) as exc:
-            raise ViewUnavailable(view, str(exc).splitlines()[0][:300]) from exc
         self.backends[view] = s.backend
         return self._stores.setdefault(view, Guarded(s, view))
 

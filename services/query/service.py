@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from schemas.errors import BadRequest, CredentialsRefused, StoreError, TransientError, ViewUnavailable
+from schemas.errors import BadRequest, ViewUnavailable
 from schemas.ports.views import Boundary, read_scope
 from schemas.query import Evidence, SearchRequest, SearchResponse
 from services.query import baselines
-from services.query.context import Candidate, Guarded, QueryContext, Ranking
+from services.query.context import Candidate, Guarded, QueryContext, Ranking, unavailable_as
 from services.query.corpus import Corpus, CorpusCache
 
 StrategyFn = Callable[[QueryContext], Ranking]
@@ -69,23 +69,15 @@ class QueryService:
         if strategy is None:
             raise BadRequest(f"strategy {request.strategy!r} is not available; available: {', '.join(self.strategies)}")
         boundary = self.boundary(request)
-        try:
+        with unavailable_as("hierarchy"):
             raw = self.views.store("hierarchy")
-        except CredentialsRefused:
-            raise
-        except (TransientError, StoreError) as exc:
-            raise ViewUnavailable("hierarchy", str(exc).splitlines()[0][:300]) from exc
         units = Guarded(raw, "hierarchy")  # no fallback without it: a 503 naming it
         if not units.known_tenant(request.tenant_id):  # a new tenant's first recall: nothing yet, not an error
             return SearchResponse(strategy=request.strategy, route=None, profile={}, evidence=[], budget_turns=request.max_turns,
                                   backends={"hierarchy": units.backend}, timings_ms={"total": round((time.perf_counter() - t0) * 1000, 3)},
                                   llm_tokens=0, notes=[f"tenant {request.tenant_id!r} holds no memory yet"])
-        try:
+        with unavailable_as("hierarchy"):
             corpus = self.corpora.get(raw, boundary)  # (the cache keys on the store itself)
-        except CredentialsRefused:
-            raise
-        except (TransientError, StoreError) as exc:
-            raise ViewUnavailable("hierarchy", str(exc).splitlines()[0][:300]) from exc
         used, notes, down = request.strategy, [], set()
         while True:
             ctx = QueryContext(request, boundary, corpus, self.views, self.encoder, self.extractor, self._encoder_for)
