@@ -35,6 +35,7 @@ from services.ops.monitor import OpsMonitor
 from services.projection_child import ProjectionChild
 from services.runtime import build_pipeline, keep_heap_settled, settle_heap
 from services.views import LiveViews
+from services.waiting import PositionWatch
 from streams.audit import AuditTrail
 from streams.ingest import Publisher
 from streams.keys import KeyRing
@@ -60,6 +61,7 @@ class State:
     reader: Any = None
     runner_task: asyncio.Task | None = None
     projections: ProjectionChild | None = None
+    position_watch: PositionWatch
     stop: asyncio.Event
 
 
@@ -129,6 +131,7 @@ def create_app(settings: Settings, *, process: bool | str = True, registry: Regi
             state.runner_task = asyncio.create_task(state.pipeline.run(state.stop))
         state.audit = AuditTrail(state.pipeline.log, settings.log.topic)
         state.views = LiveViews(registry)
+        state.position_watch = PositionWatch(state.views, state.pipeline.keystore)
         state.publisher = state.pipeline.publisher()
         state.query = build_query_service(settings, registry, state.views)
         await asyncio.to_thread(state.query.start)

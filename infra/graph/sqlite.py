@@ -10,8 +10,7 @@ one of those conversations' versions changes.
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import repeat
 from types import MappingProxyType
@@ -23,6 +22,7 @@ import scipy.sparse as sp
 from infra.sqlite_base import SqliteViewBase, _chunks, boundary_where, forget_where
 from schemas.ports.graph import EntityMatch, GraphChangeSet, SentenceIncidence
 from schemas.ports.views import Boundary, Forget, Positions, TurnRow
+from schemas.versioned_cache import VersionedCache
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entities (
@@ -72,9 +72,7 @@ class SqliteGraphStore(SqliteViewBase):
 
     def __init__(self, path, generation: int, cache_size: int = 64):  # conversations, as many as the corpus cache
         super().__init__(path, generation)
-        self._cache: OrderedDict[tuple, tuple[tuple, _Snapshot]] = OrderedDict()
-        self._cache_lock = threading.Lock()
-        self._cache_size = cache_size
+        self._cache: VersionedCache[_Snapshot] = VersionedCache(cache_size)
 
     # -- writes --------------------------------------------------------------------------
     def apply(self, change: GraphChangeSet, positions: Positions) -> None:
@@ -134,17 +132,7 @@ class SqliteGraphStore(SqliteViewBase):
         convs = tuple(sorted(boundary.conversation_ids)) if boundary.conversation_ids is not None else None
         key = (tenant, convs, boundary.session_ids, boundary.agent_ids, boundary.since, boundary.until)
         version = tuple(self.conversation_version(tenant, c) for c in (convs or (None,)))
-        with self._cache_lock:
-            hit = self._cache.get(key)
-            if hit is not None and hit[0] == version:
-                self._cache.move_to_end(key)
-                return hit[1]
-        snap = self._build(boundary)
-        with self._cache_lock:
-            self._cache[key] = (version, snap)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return snap
+        return self._cache.get(key, version, lambda: self._build(boundary))
 
     def _build(self, b: Boundary) -> _Snapshot:
         conn = self._conn()

@@ -9,8 +9,6 @@ conversation's version changes (bumped in the same transaction as the writes).
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from datetime import datetime
 
 import numpy as np
@@ -19,6 +17,7 @@ from infra.sqlite_base import SqliteViewBase, _chunks, forget_where
 from schemas.ports.vectors import Collection, TurnPooling, VectorChangeSet
 from schemas.ports.views import Boundary, Forget, Hit, Positions
 from schemas.units import unit_key
+from schemas.versioned_cache import VersionedCache
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pooling (turn_id TEXT PRIMARY KEY, mean BLOB NOT NULL, tokens INTEGER NOT NULL);
@@ -74,9 +73,7 @@ class SqliteVectorStore(SqliteViewBase):
 
     def __init__(self, path, generation: int, cache_size: int = 256):  # 64 conversations (the corpus cache's) x 4 collections
         super().__init__(path, generation)
-        self._cache: OrderedDict[tuple, tuple[int, _Matrix]] = OrderedDict()
-        self._cache_lock = threading.Lock()
-        self._cache_size = cache_size
+        self._cache: VersionedCache[_Matrix] = VersionedCache(cache_size)
 
     @property
     def dim(self) -> int:
@@ -133,13 +130,11 @@ class SqliteVectorStore(SqliteViewBase):
         return out
 
     def _matrix(self, collection: Collection, tenant_id: str, conversation_id: str | None) -> _Matrix:
-        key = (collection, tenant_id, conversation_id)
         version = self.conversation_version(tenant_id, conversation_id)
-        with self._cache_lock:
-            hit = self._cache.get(key)
-            if hit is not None and hit[0] == version:
-                self._cache.move_to_end(key)
-                return hit[1]
+        return self._cache.get((collection, tenant_id, conversation_id), version,
+                               lambda: self._load_matrix(collection, tenant_id, conversation_id))
+
+    def _load_matrix(self, collection: Collection, tenant_id: str, conversation_id: str | None) -> _Matrix:
         where, args = "collection=? AND tenant_id=?", [collection, tenant_id]
         if conversation_id is not None:
             where += " AND conversation_id=?"
@@ -147,12 +142,7 @@ class SqliteVectorStore(SqliteViewBase):
         rows = self._conn().execute(
             f"SELECT point_id, session_id, agent_ids, occurred_from, occurred_to, vector FROM points WHERE {where} ORDER BY point_id", args
         ).fetchall()
-        m = _Matrix(rows)
-        with self._cache_lock:
-            self._cache[key] = (version, m)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return m
+        return _Matrix(rows)
 
     def _matrices(self, collection: Collection, boundary: Boundary) -> list[_Matrix]:
         convs = boundary.conversation_ids

@@ -7,8 +7,6 @@ conversation order of schemas/ordering.py (sessions by first turn, turns inside 
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +16,7 @@ from schemas.ports.views import Boundary
 from schemas.keyindex import KeyIndex
 from schemas.query import TurnRef
 from schemas.units import TraceUnit, unit_key
+from schemas.versioned_cache import VersionedCache
 
 
 @dataclass
@@ -138,22 +137,9 @@ def _window_size(w: TraceUnit) -> int:
 
 class CorpusCache:
     def __init__(self, size: int = 64):
-        self._items: OrderedDict[tuple, tuple[tuple, Corpus]] = OrderedDict()
-        self._lock = threading.Lock()
-        self._size = size
+        self._cache: VersionedCache[Corpus] = VersionedCache(size)
 
     def get(self, units_store, boundary: Boundary) -> Corpus:
         convs = boundary.conversation_ids or (None,)
         version = (units_store.generation, *(units_store.conversation_version(boundary.tenant_id, c) for c in convs))
-        key = (boundary, id(units_store))
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is not None and hit[0] == version:
-                self._items.move_to_end(key)
-                return hit[1]
-        corpus = build_corpus(units_store, boundary)
-        with self._lock:
-            self._items[key] = (version, corpus)
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-        return corpus
+        return self._cache.get((boundary, id(units_store)), version, lambda: build_corpus(units_store, boundary))

@@ -16,7 +16,6 @@ from schemas.security import Principal
 from services.backpressure import Backpressure
 from services.http_guard import error_body
 from services.routes.deps import Reader, Writer, state
-from services.waiting import positions_reached
 
 router = APIRouter()
 
@@ -181,4 +180,4 @@ async def wait_for_views(st, target: dict[int, int], timeout: float) -> bool:
     `memstream process`, or faust workers on other machines."""
     if st.runner_task is not None and st.projections is None:  # the projections run in this process
         return await st.pipeline.wait_for(target, timeout)
-    return await positions_reached(st.views, st.pipeline.keystore, target, timeout)
+    return await st.position_watch.wait(target, timeout)
