@@ -534,13 +534,15 @@ def test_a_corpus_cache_keyed_without_the_tenant_fails_the_cache_check(two_tenan
     from services.query.corpus import CorpusCache, build_corpus
 
     class TenantBlindCorpora(CorpusCache):  # keyed on the conversations and versions only
+        blind: dict = {}
+
         def get(self, units_store, boundary):
             convs = boundary.conversation_ids or (None,)
             key = (boundary.conversation_ids, boundary.session_ids,
                    *(units_store.conversation_version(boundary.tenant_id, c) for c in convs))
-            if key not in self._items:
-                self._items[key] = build_corpus(units_store, boundary)
-            return self._items[key]
+            if key not in self.blind:
+                self.blind[key] = build_corpus(units_store, boundary)
+            return self.blind[key]
 
     with pytest.raises(LeakFound):
         check_caches_are_per_tenant(two_tenants, models, TenantBlindCorpora())
