@@ -51,13 +51,14 @@ def register(sub) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from services.bench.load import LoadConfig, LoadRun, check_loopback, write
+    from services.projection_child import child_pids
 
     pids = dict(p.split("=", 1) for p in args.pid)
     with _serve(args) as (url, key, serve_pid):
         check_loopback(url)
         if serve_pid:
             pids.setdefault("serve", serve_pid)
-            for child in _children(serve_pid):
+            for child in child_pids(serve_pid):
                 pids.setdefault("projections", child)
         cfg = LoadConfig(url=url, key=key, publishers=args.publishers, rate=args.rate, batch=args.batch, searchers=args.searchers,
                          idle=args.idle, duration=args.duration, strategy=args.strategy, scope=args.scope,
@@ -85,13 +86,6 @@ def _redacted(argv: list[str]) -> list[str]:
             out.append(a)
         hide = a == "--key"
     return out
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
 
 
 @contextmanager

@@ -36,7 +36,7 @@ async def cmd_forget(args: argparse.Namespace) -> int:
     from services.keys_cli import _who
     from services.runtime import build_pipeline
     from services.views import LiveViews
-    from services.waiting import positions_reached
+    from services.waiting import PositionWatch
 
     settings = _existing(_settings(args))
     before = datetime.fromisoformat(args.before.replace("Z", "+00:00")) if args.before else None
@@ -60,7 +60,7 @@ async def cmd_forget(args: argparse.Namespace) -> int:
         if args.wait > 0:
             views = LiveViews(pipeline.backends)
             try:
-                done = await positions_reached(views, pipeline.keystore, positions, args.wait, interval=0.1)
+                done = await PositionWatch(views, pipeline.keystore, interval=0.1).wait(positions, args.wait)
             finally:
                 views.close()
     finally:

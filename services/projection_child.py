@@ -34,6 +34,14 @@ def _lower_priority_and_follow_parent() -> None:  # runs in the child between fo
         pass
 
 
+def child_pids(pid: int) -> list[int]:
+    """The processes `pid` started (Linux), e.g. a server's projection child."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 class ProjectionChild:
     def __init__(self, data_dir: Path, log_path: Path | None = None, max_backoff: float = 30.0):
         self.data_dir = data_dir

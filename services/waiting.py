@@ -18,32 +18,8 @@ def _reached(snapshot: list[Positions | None], target: Positions) -> bool:
     return all(p is not None and all(p.get(part, 0) >= off for part, off in target.items()) for p in snapshot)
 
 
-async def positions_reached(views, keystore, target: Positions, timeout: float, interval: float = 0.05) -> bool:
-    """One waiter polling by itself (a CLI command); a server shares one PositionWatch."""
-    if not target:
-        return True
-    deadline = time.monotonic() + timeout
-    readers = _readers(views, keystore)
-    while True:
-        reached = True
-        for read in readers:
-            try:
-                positions = await asyncio.to_thread(read)
-            except Exception:  # noqa: BLE001 - a view with no data yet, or a store briefly away, has not reached it
-                reached = False
-                break
-            if any(positions.get(p, 0) < off for p, off in target.items()):
-                reached = False
-                break
-        if reached:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(interval)
-
-
 class PositionWatch:
-    """Many waiters, one reader. While anyone waits, every view's positions and the eraser's are
+    """Read-your-writes for a server (POST /v1/wait) and for a CLI command alike. Many waiters, one reader. While anyone waits, every view's positions and the eraser's are
     read once per `interval` and the snapshot is shared: N clients waiting on their publishes
     cost what one does. (Each waiter used to poll every store itself — under a steady stream of
     publishes, each followed by a `POST /v1/wait`, thousands of reads a second on the serving

@@ -100,7 +100,7 @@ class SqliteUnitStore(SqliteViewBase):
             self._parsed.move_to_end(key)
             while len(self._parsed) > PARSED_LISTINGS_KEPT:
                 self._parsed.popitem(last=False)
-        return list(now.values()) if len(now) == len(texts) else [now[t] for t in texts]
+        return list(now.values())  # in the listing's order (each text holds its unique unit id)
 
     def session_unit_ids(self, tenant_id: str, conversation_id: str, session_id: str) -> set[str]:
         rows = self._conn().execute(

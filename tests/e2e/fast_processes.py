@@ -109,3 +109,14 @@ def dumps(data: Path) -> dict:
     return out
 
 
+
+
+def fresh_build(data: Path, dest: Path) -> dict:
+    """Dumps of views built from scratch on a copy of `data`'s log (and data keys)."""
+    import shutil
+
+    dest.mkdir()
+    for f in data.glob("*.sqlite*"):
+        shutil.copy(f, dest / f.name)
+    cli(dest, "process", "--until-caught-up")
+    return dumps(dest)

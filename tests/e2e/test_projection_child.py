@@ -8,7 +8,6 @@ server outright takes the child with it (no orphaned projector writing to the da
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -16,18 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.fast_processes import FAST, cli, dumps, subset
+from tests.e2e.fast_processes import FAST, dumps, fresh_build, subset
 from tests.e2e.helpers import assert_same_views
+from services.projection_child import child_pids
 from tests.integration import servers
 
 pytestmark = pytest.mark.e2e
-
-
-def children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -56,13 +49,13 @@ def test_child_projections_restart_and_stop_with_the_server(tmp_path):
     data = tmp_path / "data"
     with servers.memstream_serve(tmp_path, 300, "--projections", "child", data_dir=data, env=FAST) as s:
         http = httpx.Client(base_url=s.url, headers=s.headers, timeout=60)
-        [child] = wait_for(lambda: children(s.proc.pid), 30, "the projection child")
+        [child] = wait_for(lambda: child_pids(s.proc.pid), 30, "the projection child")
         assert int(Path(f"/proc/{child}/stat").read_text().split()[18]) == 10  # nice +10: searches get the CPU first
 
         r = http.post("/v1/events", json=events[:150])
         assert r.status_code == 200, r.text
         os.kill(child, signal.SIGKILL)  # mid-stream, most likely mid-batch
-        [again] = wait_for(lambda: [c for c in children(s.proc.pid) if c != child], 60, "a restarted child")
+        [again] = wait_for(lambda: [c for c in child_pids(s.proc.pid) if c != child], 60, "a restarted child")
         r = http.post("/v1/events", json=events[150:])
         assert r.status_code == 200, r.text
         w = http.post("/v1/wait", json={"positions": r.json()["positions"], "timeout_seconds": 300})
@@ -72,17 +65,12 @@ def test_child_projections_restart_and_stop_with_the_server(tmp_path):
         assert "exited with" in s.log_path.read_text()  # the restart is in the server's log
     assert not alive(again), "stopping the server must stop its projection child"
 
-    fresh = tmp_path / "fresh"  # the same log (and data keys), views built from scratch
-    fresh.mkdir()
-    for f in data.glob("*.sqlite*"):
-        shutil.copy(f, fresh / f.name)
-    cli(fresh, "process", "--until-caught-up")
-    assert_same_views(dumps(fresh), dumps(data))
+    assert_same_views(fresh_build(data, tmp_path / "fresh"), dumps(data))
 
 
 def test_killing_the_server_takes_the_child_with_it(tmp_path):
     with servers.memstream_serve(tmp_path, 300, "--projections", "child", data_dir=tmp_path / "data", env=FAST) as s:
-        [child] = wait_for(lambda: children(s.proc.pid), 30, "the projection child")
+        [child] = wait_for(lambda: child_pids(s.proc.pid), 30, "the projection child")
         s.proc.kill()
         s.proc.wait(30)
         wait_for(lambda: not alive(child), 30, "the child to follow its parent")

@@ -9,7 +9,6 @@ serving and once stopped — and for the fresh build; the figures are printed)."
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import threading
 import time
@@ -20,7 +19,7 @@ import httpx
 import pytest
 
 from schemas.ports.views import VIEW_NAMES
-from tests.e2e.fast_processes import BIN, FAST, cli, dumps, env, subset
+from tests.e2e.fast_processes import BIN, FAST, dumps, env, fresh_build, subset
 from tests.e2e.helpers import assert_same_views
 from tests.integration import servers
 
@@ -98,11 +97,7 @@ def test_replay_of_every_view_under_ingest_and_queries(tmp_path):
         assert [p.name for p in (data / "views" / view).glob("gen-*")] == ["gen-2"], f"{view}: the replaced generation is still on disk"
 
     fresh = tmp_path / "fresh"  # the same log (and data keys), views built from scratch
-    fresh.mkdir()
-    for f in data.glob("*.sqlite*"):
-        shutil.copy(f, fresh / f.name)
-    cli(fresh, "process", "--until-caught-up")
-    assert_same_views(dumps(fresh), dumps(data))
+    assert_same_views(fresh_build(data, fresh), dumps(data))
     built = disk(fresh / "views")
     print(f"views on disk: {before / 1e6:.2f} MB before the replay, {after / 1e6:.2f} MB after it with {counts['publish'] * 5} "
           f"more turns ({serving / 1e6:.2f} MB while serving, write-ahead logs included), {built / 1e6:.2f} MB for a fresh build; "
