@@ -384,6 +384,12 @@ class Registry:
             self._encoder = self._make_encoder(self.encoder_name, self.settings.encoder.path)
         return self._encoder
 
+    def share_models(self, other: "Registry") -> "Registry":
+        """Use `other`'s loaded encoder and NER (one copy in memory for several stores' registries:
+        benchmarks and tests that open more than one data directory). Returns self."""
+        self._encoder, self._extractor = other.encoder(), other.extractor()
+        return self
+
     def _make_encoder(self, name: str, path: str | None):
         if name.startswith("hashing"):
             from infra.models.fast import HashingEncoder  # the declared fast path (tests, benchmarks): not a language model

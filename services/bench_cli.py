@@ -1,6 +1,9 @@
 """`memstream bench load`: reads while writes pour in (services/bench/load.py). Without --url it
 starts its own `memstream serve` on a scratch data directory (the embedded mode, the configured
-models) on a free loopback port, and stops it at the end."""
+models) on a free loopback port, and stops it at the end.
+
+`memstream bench scale`: the measured tenants' latency and recall as a store grows with a
+synthetic fleet (services/bench/scale.py, services/bench/fleet.py)."""
 
 from __future__ import annotations
 
@@ -46,7 +49,49 @@ def register(sub) -> None:
     b.add_argument("--out", type=Path, default=Path("bench-results/load.json"))
     b.add_argument("--plot", type=Path, help="write PNG plots here")
     b.add_argument("--title", default="memstream bench load")
-    s.set_defaults(func=cmd_bench)
+    b.set_defaults(func=cmd_bench)
+
+    c = bsub.add_parser("scale", help="the measured tenants' Zero-Mem p95 and recall in a store grown to 10k / 100k / 1M turns, "
+                                      "against the smallest, queries alternating (embedded; resumable)")
+    c.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO, help="the LoCoMo dev split: the measured tenant (default: %(default)s)")
+    c.add_argument("--root", type=Path, default=Path("bench-results/scale"), help="where the two stores grow (kept: a run resumes)")
+    c.add_argument("--points", default="10000,100000,1000000",
+                   help="stored turns: the smallest is the reference store, the others the large store's steps (default %(default)s)")
+    c.add_argument("--conversations", help="measured conversations, comma-separated (default: all of the split)")
+    c.add_argument("--questions", type=int, help="ask only the first N questions (smoke runs)")
+    c.add_argument("--seed", type=int, default=7)
+    c.add_argument("--tenants", type=int, default=40, help="synthetic tenants (default 40)")
+    c.add_argument("--out", type=Path, default=Path("bench-results/scale.json"))
+    c.add_argument("--plot", type=Path, help="write PNG plots here")
+    c.set_defaults(func=cmd_scale)
+
+
+DEFAULT_LOCOMO = Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo-dev.json"
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    from services.bench.fleet import FleetShape
+    from services.bench.scale import ScaleConfig, plot, run
+
+    if not args.locomo.exists():
+        raise SystemExit(f"no LoCoMo file at {args.locomo} (--locomo)")
+    try:
+        points = tuple(int(p.replace("_", "")) for p in args.points.split(","))
+    except ValueError:
+        raise SystemExit(f"--points: comma-separated turn counts, got {args.points!r}") from None
+    if len(points) < 1 or min(points) < 1:
+        raise SystemExit("--points: at least one positive turn count")
+    cfg = ScaleConfig(locomo=args.locomo, root=args.root, points=points, seed=args.seed,
+                      conversations=set(args.conversations.split(",")) if args.conversations else None,
+                      questions=args.questions, shape=FleetShape(seed=args.seed, tenants=args.tenants))
+    result = asyncio.run(run(cfg, progress=lambda m: print(m, file=sys.stderr, flush=True)))
+    result["command"] = " ".join(["memstream", *sys.argv[1:]])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    if args.plot:
+        plot(result, args.plot)
+    print(json.dumps({k: v for k, v in result.items() if k != "points"} | {"p95_ratios": [p["p95_ratio"] for p in result["points"]]}, indent=2))
+    return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -125,6 +125,10 @@ class LoadRun:
         self.search_ms: dict[str, list[float]] = {"idle": [], "load": [], "idle_after": []}
         self.search_by_target: dict[str, list[float]] = {"being_written": [], "finished": []}  # under load
         self.search_trace: list[tuple[float, float, str]] = []  # (t, ms, phase)
+        # The server's own account of each search (its timings_ms): what the client saw minus this is
+        # queueing, transport and the client's own loop.
+        self.server_ms: dict[str, list[float]] = {"idle": [], "load": [], "idle_after": []}
+        self.stage_ms: dict[str, dict[str, list[float]]] = {"idle": {}, "load": {}, "idle_after": {}}
         self.offered = 0
         self.acknowledged = 0
         self.throttled = 0
@@ -298,6 +302,12 @@ class LoadRun:
                 self.errors.append(f"search {r.status_code}: {r.text[:200]}")
                 continue
             self.search_ms[self.phase].append(ms)
+            timings = r.json().get("timings_ms") or {}
+            if "total" in timings:
+                self.server_ms[self.phase].append(float(timings["total"]))
+            for stage, v in timings.items():
+                if stage != "total":
+                    self.stage_ms[self.phase].setdefault(stage, []).append(float(v))
             if target and self.phase == "load":
                 self.search_by_target[target].append(ms)
             self.search_trace.append((t - self.t0, ms, self.phase))
@@ -346,7 +356,9 @@ class LoadRun:
                           "p99_s": round(float(np.percentile(fresh, 99)), 3) if fresh else None},
             "search": {"idle": idle, "load": load, "idle_after": after,
                        "load_by_conversation": {k: _quantiles(v) for k, v in self.search_by_target.items() if v},
-                       "p99_ratio": _ratio(load["p99_ms"], idle["p99_ms"]), "p99_ratio_to_idle_after": _ratio(load["p99_ms"], after["p99_ms"])},
+                       "p99_ratio": _ratio(load["p99_ms"], idle["p99_ms"]), "p99_ratio_to_idle_after": _ratio(load["p99_ms"], after["p99_ms"]),
+                       "server_side": {p: {**_quantiles(v), "stages_p99_ms": {k: _quantiles(x)["p99_ms"] for k, x in sorted(self.stage_ms[p].items())}}
+                                       for p, v in self.server_ms.items()}},
             "errors": len(self.errors), "error_samples": self.errors[:10],
             "processes": {name: {"rss_mb_first": round(s[0][1], 1) if s else None, "rss_mb_last": round(s[-1][1], 1) if s else None,
                                  "rss_mb_per_min_last_half": _round(_slope_per_minute([(x[0], x[1]) for x in s])),

@@ -27,6 +27,9 @@ def test_bench_load_runs_and_reports(tmp_path):
     assert r["freshness"]["n"] > 0 and r["freshness"]["p50_s"] <= r["freshness"]["p99_s"]
     assert r["search"]["idle"]["n"] > 0 and r["search"]["load"]["n"] > 0 and r["search"]["idle_after"]["n"] > 0
     assert set(r["search"]["load_by_conversation"]) <= {"being_written", "finished"}
+    server = r["search"]["server_side"]["load"]  # the server's own timings of the same searches
+    assert server["n"] == r["search"]["load"]["n"] and server["p50_ms"] <= r["search"]["load"]["p50_ms"]
+    assert {"total", "encode"} & set(server["stages_p99_ms"]) == {"encode"}
     assert {"serve", "projections"} <= set(r["processes"]) and r["processes"]["projections"]["rss_mb_last"] > 0
     assert png.stat().st_size > 10_000
     assert r["command"].startswith("memstream bench load")
