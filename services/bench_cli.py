@@ -84,12 +84,14 @@ def cmd_scale(args: argparse.Namespace) -> int:
     cfg = ScaleConfig(locomo=args.locomo, root=args.root, points=points, seed=args.seed,
                       conversations=set(args.conversations.split(",")) if args.conversations else None,
                       questions=args.questions, shape=FleetShape(seed=args.seed, tenants=args.tenants))
-    result = asyncio.run(run(cfg, progress=lambda m: print(m, file=sys.stderr, flush=True)))
-    result["command"] = " ".join(["memstream", *sys.argv[1:]])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    if args.plot:
-        plot(result, args.plot)
+    def save(report: dict) -> None:
+        report["command"] = " ".join(["memstream", *sys.argv[1:]])
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        if args.plot:
+            plot(report, args.plot)
+
+    result = asyncio.run(run(cfg, progress=lambda m: print(m, file=sys.stderr, flush=True), on_point=save))
     print(json.dumps({k: v for k, v in result.items() if k != "points"} | {"p95_ratios": [p["p95_ratio"] for p in result["points"]]}, indent=2))
     return 0
 

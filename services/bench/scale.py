@@ -90,12 +90,12 @@ def _save(path: Path, state: dict) -> None:
 
 
 def disk_bytes(data_dir: Path) -> dict[str, int]:
-    """Bytes on disk per store file family (log, each view, catalog…), from the data directory."""
+    """Bytes on disk per view (every generation) and per other store file (log, keys, catalog…)."""
     out: dict[str, int] = {}
     for p in data_dir.rglob("*"):
         if p.is_file() and p.name != "fleet.json":
             rel = p.relative_to(data_dir).parts
-            name = rel[0].split(".")[0].split("-")[0]
+            name = rel[1] if rel[0] == "views" and len(rel) > 2 else rel[0].split(".")[0]
             out[name] = out.get(name, 0) + p.stat().st_size
     return dict(sorted(out.items()))
 
@@ -160,6 +160,42 @@ class Store:
         return s["measured_turns"] + s["fleet_turns"]
 
 
+def rss_probe(data_dir: str, locomo_path: str, conversations: str, n: int) -> None:
+    """Run in a fresh process (`query_rss`): the models, one store, n measured questions; prints
+    the process's resident and peak memory in MB as JSON. One process per store, so that the two
+    stores' figures do not share an allocator."""
+    from schemas.query import SearchRequest
+    from services.eval.locomo import questions
+    from services.query.service import QueryService
+    from services.views import LiveViews
+
+    settings = _settings(Path(data_dir))
+    registry = Registry(settings)
+    views = LiveViews(registry)
+    svc = QueryService(views, registry.encoder(), registry.extractor())
+    svc.start()
+    base = _rss_mb()
+    qs = questions(locomo.load(locomo_path), set(conversations.split(",")) if conversations else None)[:n]
+    for q in qs:
+        svc.search(SearchRequest(question=q.question, tenant_id=MEASURED_TENANT, conversation_id=q.conversation, strategy="zero-mem", max_turns=25))
+    status = {k: int(v.split()[0]) / 1024 for k, v in (line.split(":", 1) for line in open("/proc/self/status")) if k in ("VmRSS", "VmHWM")}
+    views.close()
+    print(json.dumps({"rss_mb": round(status["VmRSS"], 1), "peak_mb": round(status["VmHWM"], 1), "after_models_mb": round(base, 1)}))
+
+
+def query_rss(store: "Store", cfg: ScaleConfig, n: int = 100) -> dict:
+    import subprocess
+    import sys
+
+    code = "import sys; from services.bench.scale import rss_probe; rss_probe(*sys.argv[1:4], int(sys.argv[4]))"
+    convs = ",".join(sorted(cfg.conversations)) if cfg.conversations else ""
+    run = subprocess.run([sys.executable, "-c", code, str(store.dir), str(cfg.locomo), convs, str(n)], capture_output=True, text=True,
+                         timeout=1800, cwd=Path(__file__).resolve().parents[2])
+    if run.returncode != 0:
+        raise RuntimeError(f"the RSS probe failed: {run.stderr[-2000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 def _rss_mb() -> float:
     with open("/proc/self/status") as f:
         for line in f:
@@ -184,9 +220,8 @@ def compare(small: Store, large: Store, registry: Registry, samples: list[dict],
 
     qs = questions(samples, cfg.conversations)[: cfg.questions]
     stores = {"small": small, "large": large}
-    services, rss = {}, {}
+    services = {}
     for name, store in stores.items():
-        before = _rss_mb()
         reg = Registry(store.settings).share_models(registry)  # one copy of the models for both stores
         views = LiveViews(reg)
         svc = QueryService(views, reg.encoder(), reg.extractor())
@@ -195,7 +230,6 @@ def compare(small: Store, large: Store, registry: Registry, samples: list[dict],
             svc.search(SearchRequest(question=q.question, tenant_id=MEASURED_TENANT, conversation_id=q.conversation,
                                      strategy="zero-mem", max_turns=max(cfg.budgets)))
         services[name] = (svc, views)
-        rss[name] = round(_rss_mb() - before, 1)
     lat: dict[str, list[float]] = {n: [] for n in stores}
     rows: dict[str, list] = {n: [] for n in stores}
     names = list(stores)
@@ -216,7 +250,7 @@ def compare(small: Store, large: Store, registry: Registry, samples: list[dict],
     for name, store in stores.items():
         out[name] = {"stored_turns": store.stored_turns(), "questions": len(qs),
                      "zero_mem_ms": {"p50": _quantile(lat[name], 50), "p95": _quantile(lat[name], 95), "p99": _quantile(lat[name], 99)},
-                     "recall": summarize(rows[name], list(cfg.budgets)), "query_rss_mb": rss[name],
+                     "recall": summarize(rows[name], list(cfg.budgets)), "query_process": query_rss(store, cfg),
                      "disk_bytes": disk_bytes(store.dir)}
     small_p95, large_p95 = out["small"]["zero_mem_ms"]["p95"], out["large"]["zero_mem_ms"]["p95"]
     out["p95_ratio"] = round(large_p95 / small_p95, 3) if small_p95 else None
@@ -224,7 +258,9 @@ def compare(small: Store, large: Store, registry: Registry, samples: list[dict],
     return out
 
 
-async def run(cfg: ScaleConfig, progress: Callable[[str], None] = print) -> dict:
+async def run(cfg: ScaleConfig, progress: Callable[[str], None] = print, on_point: Callable[[dict], None] | None = None) -> dict:
+    """Grow and compare point by point; `on_point` gets the report so far after each one (a long
+    run that is stopped keeps what it measured)."""
     samples = locomo.load(cfg.locomo)
     words = list(locomo.events(samples, MEASURED_TENANT, cfg.conversations))
     fleet = SyntheticFleet(Vocabulary.from_turns(words), cfg.shape)
@@ -248,7 +284,9 @@ async def run(cfg: ScaleConfig, progress: Callable[[str], None] = print) -> dict
         result["large_ingest"] = large.ingest
         large.ingest = []
         report["points"].append(result)
-    report["bytes_per_turn"] = _bytes_per_turn(report["points"])
+        report["bytes_per_turn"] = _bytes_per_turn(report["points"])
+        if on_point:
+            on_point(report)
     return report
 
 
