@@ -42,6 +42,7 @@ ACCEPTED = {
     "keys": ("sqlite", "opensearch", "opensearchs"),
 }
 EMBEDDED = ("sqlite", "tantivy")
+INT8_SUFFIX = "+int8"  # an encoder name's suffix for its 8-bit quantised export (MEMSTREAM_ENCODER_PRECISION=int8)
 
 
 def _scheme(url: str, what: str) -> tuple[str, str]:
@@ -367,7 +368,9 @@ class Registry:
     def encoder_name(self) -> str:
         """The configured encoder's name as generations record it (infra/catalog: `model`)."""
         model = self.settings.encoder.model
-        return "hashing-256" if model == "hashing" else model
+        if model == "hashing":
+            return "hashing-256"
+        return f"{model}{INT8_SUFFIX}" if self.settings.encoder.precision == "int8" and not model.startswith("hashing") else model
 
     def encoder(self, name: str | None = None):
         """The configured encoder, or (`name`) the one a view generation was built with: a
@@ -401,8 +404,9 @@ class Registry:
         from infra.models.flagembedding import FlagEmbeddingEncoder
 
         e = self.settings.encoder
-        return FlagEmbeddingEncoder(name, path, max_length=e.max_length, batch_size=e.batch_size, threads=e.threads,
-                                    runtime=e.runtime, cache_dir=e.cache_dir)
+        base, int8 = (name.removesuffix(INT8_SUFFIX), True) if name.endswith(INT8_SUFFIX) else (name, False)
+        return FlagEmbeddingEncoder(base, path, max_length=e.max_length, batch_size=e.batch_size, threads=e.threads,
+                                    runtime=e.runtime, cache_dir=e.cache_dir, precision="int8" if int8 else "fp32")
 
     def extractor(self):
         if self._extractor is None and self.settings.ner.model == "lexicon":

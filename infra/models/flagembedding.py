@@ -45,10 +45,16 @@ class FlagEmbeddingEncoder:
     weights (infra/models/onnx_runtime.py), `"torch"` on eager PyTorch; vectors agree within 1e-5."""
 
     def __init__(self, model: str = DEFAULT_MODEL, path: str | None = None, *, max_length: int = 256, batch_size: int = 32, threads: int | None = None,
-                 runtime: str = "onnx", cache_dir: str | Path | None = None):
+                 runtime: str = "onnx", cache_dir: str | Path | None = None, precision: str = "fp32"):
         if runtime not in ("onnx", "torch"):
             raise ConfigurationError(f"unknown encoder runtime {runtime!r}; accepted: onnx, torch")
-        self.model_name = model
+        if precision not in ("fp32", "int8"):
+            raise ConfigurationError(f"unknown encoder precision {precision!r}; accepted: fp32, int8")
+        if precision == "int8" and runtime != "onnx":
+            raise ConfigurationError("encoder precision int8 runs on ONNX Runtime: set MEMSTREAM_ENCODER_RUNTIME=onnx")
+        self.precision = precision
+        self.base_model = model
+        self.model_name = model + ("+int8" if precision == "int8" else "")
         self.path = path
         self.max_length = max_length
         self.batch_size = batch_size
@@ -81,13 +87,13 @@ class FlagEmbeddingEncoder:
 
         if self.threads:
             torch.set_num_threads(self.threads)
-        if self.model_name == DEFAULT_MODEL:
+        if self.base_model == DEFAULT_MODEL:
             from FlagEmbedding import FlagModel
 
             path = self.path or default_model_path()
             fm = FlagModel(path, pooling_method="mean", devices="cpu", use_fp16=False)
             self._model, self._tokenizer = fm.model, fm.tokenizer
-        elif self.model_name.lower() in ("bge-m3", "bge_m3"):
+        elif self.base_model.lower() in ("bge-m3", "bge_m3"):
             if not self.path or not (Path(self.path) / "config.json").exists():
                 raise ConfigurationError(
                     "encoder 'bge-m3' needs MEMSTREAM_ENCODER_PATH pointing at a local BGE-M3 directory "
@@ -100,13 +106,18 @@ class FlagEmbeddingEncoder:
             self._model, self._tokenizer = fm.model.model, fm.tokenizer
             self._cls_pooling = True
         else:
-            raise ConfigurationError(f"unknown encoder model {self.model_name!r}; accepted: {DEFAULT_MODEL}, bge-m3")
+            raise ConfigurationError(f"unknown encoder model {self.base_model!r}; accepted: {DEFAULT_MODEL}, bge-m3")
         self._model.eval()
         self.dim = int(self._model.config.hidden_size)
         if self.runtime == "onnx":
             from infra.models.onnx_runtime import load_session, open_session
 
-            loaded = load_session(self._model, self._tokenizer, self.model_name, path, self.cache_dir, self.threads)
+            loaded = load_session(self._model, self._tokenizer, self.base_model, path, self.cache_dir, self.threads,
+                                  int8=self.precision == "int8")
+            if loaded is None and self.precision == "int8":
+                # No silent fp32: the generation records +int8, and its questions must match its vectors.
+                raise ConfigurationError(f"encoder {self.model_name}: the int8 ONNX export could not be made or did not match "
+                                         "the model (see the log); use MEMSTREAM_ENCODER_PRECISION=fp32")
             if loaded is not None:
                 self._session = loaded[0]
                 # Single texts (questions) get their own one-thread session: ~12 tokens leave a

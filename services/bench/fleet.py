@@ -95,7 +95,7 @@ class SyntheticFleet:
         return speakers[0], speakers[1], a, b, entities, start, rng.randrange(1, 15)
 
     def turn(self, i: int) -> TurnRecorded:
-        s, v = self.shape, self.vocabulary
+        s = self.shape
         c, j = divmod(i, s.turns_per_conversation)
         speaker_a, speaker_b, agent_a, agent_b, entities, start, gap_days = self._conversation(c)
         session, k = divmod(j, s.turns_per_session)

@@ -112,3 +112,31 @@ def test_an_impossible_export_falls_back_to_torch(models, tmp_path):
     encoder.start()
     assert encoder.active_runtime == "torch"
     np.testing.assert_allclose(encoder.encode(TEXTS), models[0].encode(TEXTS), atol=1e-5)
+
+
+def test_int8_precision_is_another_model_close_to_fp32(models, tmp_path):
+    """MEMSTREAM_ENCODER_PRECISION=int8: the quantised export, recorded as `<model>+int8` (a
+    generation's questions are encoded by the model its vectors came from), cached beside the fp32
+    export, its vectors close to fp32's but not equal; asked for by that name, it is rebuilt."""
+    from infra.models.flagembedding import FlagEmbeddingEncoder
+    from infra.registry import Registry
+    from infra.settings import Settings
+
+    settings = Settings.load(data_dir=tmp_path / "d")
+    settings = settings.model_copy(update={"encoder": settings.encoder.model_copy(update={"precision": "int8", "cache_dir": tmp_path / "c"})})
+    registry = Registry(settings)
+    assert registry.encoder_name == "all-MiniLM-L6-v2+int8"
+    int8 = registry.encoder()
+    int8.start()
+    assert int8.model_name == "all-MiniLM-L6-v2+int8" and int8.precision == "int8" and int8.active_runtime == "onnx"
+    assert sorted(p.name.endswith("-int8.onnx") for p in (tmp_path / "c").glob("*.onnx")) == [False, True]
+    a, b = int8.encode(TEXTS), models[0].encode(TEXTS)
+    cos = (a * b).sum(axis=1)
+    assert cos.min() > 0.95 and not np.allclose(a, b, atol=1e-3)
+    # A generation built with int8, read by a process configured for fp32, still gets int8.
+    fp32 = Registry(Settings.load(data_dir=tmp_path / "e"))
+    assert fp32.encoder_name == "all-MiniLM-L6-v2"
+    again = fp32.encoder("all-MiniLM-L6-v2+int8")
+    assert again.precision == "int8"
+    with pytest.raises(Exception, match="ONNX Runtime"):
+        FlagEmbeddingEncoder(runtime="torch", precision="int8")
