@@ -4,7 +4,13 @@ Measured on the LoCoMo dev turns with a conversation filter (benchmarks/lexical_
 tantivy answers in ~0.3 ms p50 where SQLite FTS5 needs ~3.5 ms, so tantivy it is. Tantivy has
 no transactions shared with SQLite, so a change set is applied as: index writes + tantivy
 commit, *then* ledger + positions in one SQLite transaction. A crash in between replays the
-batch, and since every document is written as delete-by-id + add, the replay is harmless.
+batch — but a replay need not write the same documents: a turn whose key a forget destroyed
+meanwhile is skipped, so an episode or turn document the crashed attempt committed might never
+be rewritten or deleted. So the index is treated as a copy of the ledger's `docs` table (below)
+with a dirty list: before the index writes, the ids they touch are recorded in the ledger
+(`pending`, made durable first), and the ledger transaction that follows clears it. A writer
+that finds it set (the previous one died in between) first makes those ids in the index equal
+to the `docs` table again (or rebuilds, for a forget), then goes on.
 
 Filter clauses (tenant, kind, boundary) are wrapped in constant-score queries so that the
 score of a hit is the BM25 score of its text alone.
@@ -57,6 +63,11 @@ CREATE INDEX IF NOT EXISTS docs_scope ON docs (tenant_id, conversation_id, sessi
 
 def _micros(t: datetime) -> int:
     return int(t.timestamp() * 1_000_000)
+
+
+def _row_doc(r: tuple) -> LexicalDoc:
+    """A `docs` row (unit_id, kind, tenant_id, conversation_id, session_id, agent_ids, occurred_from, occurred_to, body)."""
+    return LexicalDoc(r[0], r[1], r[8], r[2], r[3], r[4], tuple(json.loads(r[5])), datetime.fromisoformat(r[6]), datetime.fromisoformat(r[7]))
 
 
 def _schema() -> tantivy.Schema:
@@ -158,6 +169,8 @@ class TantivyLexicalIndex:
                         "until a replay (memstream replay --projection lexical) rebuilds it", self.generation)
         with self._lock:
             w = self._writer_()
+            if self._rebuildable:
+                self._mark_pending(change)
             scoped = [(forget, self._ledger.turns_in_scope(forget)) for forget in change.forgets]
             for forget, turns in scoped:
                 w.delete_documents_by_query(self._scope_query(forget, turns))
@@ -174,8 +187,9 @@ class TantivyLexicalIndex:
                 # forgotten turn's text too); a forget that found nothing here costs nothing.
                 erase = erases(change) and self._rebuildable and bool(removed or change.upsert_docs)
                 touched.update((d.tenant_id, d.conversation_id) for d in change.upsert_docs)
-                if not erase:
+                if not erase:  # (an erasing change keeps `pending` until its rebuild switches)
                     self._ledger._write_positions(c, positions)
+                    c.execute("DELETE FROM meta WHERE key='pending'")
                 self._ledger._bump(c, touched)
                 # Readers (in any process) reload their searcher when this counter moves.
                 c.execute("INSERT INTO meta VALUES ('commits', '1') ON CONFLICT(key) DO UPDATE SET value=CAST(value AS INTEGER)+1")
@@ -237,8 +251,7 @@ class TantivyLexicalIndex:
         rows = self._ledger._conn().execute("SELECT unit_id, kind, tenant_id, conversation_id, session_id, agent_ids, occurred_from, "
                                             "occurred_to, body FROM docs ORDER BY unit_id")
         for r in rows:
-            w.add_document(self._document(LexicalDoc(r[0], r[1], r[8], r[2], r[3], r[4], tuple(json.loads(r[5])),
-                                                     datetime.fromisoformat(r[6]), datetime.fromisoformat(r[7]))))
+            w.add_document(self._document(_row_doc(r)))
         w.commit()
         w.wait_merging_threads()  # (consumes the writer) the new directory is complete and closed
         if self._writer is not None:
@@ -246,6 +259,7 @@ class TantivyLexicalIndex:
             self._writer = None
         with self._ledger._lock, self._ledger._tx() as c:
             c.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [("index_dir", name), ("index_seq", str(seq))])
+            c.execute("DELETE FROM meta WHERE key='pending'")  # the new index is the docs table exactly
             c.execute("INSERT INTO meta VALUES ('commits', '1') ON CONFLICT(key) DO UPDATE SET value=CAST(value AS INTEGER)+1")
             self._ledger._write_positions(c, positions)
         self.index, self._index_dir, self._searcher, self._searcher_version = fresh, name, None, None
@@ -259,7 +273,59 @@ class TantivyLexicalIndex:
                 if stale.is_dir() and stale.name != self._index_dir:
                     shutil.rmtree(stale, ignore_errors=True)
             self._writer = self.index.writer(heap_size=self._writer_heap, num_threads=1)
+            if self._ledger.meta("pending") is not None:
+                self._recover()
+                if self._writer is None:  # it rebuilt: a new directory, a new writer
+                    self._writer = self.index.writer(heap_size=self._writer_heap, num_threads=1)
         return self._writer
+
+    # -- the dirty list (module docstring) ------------------------------------------------
+    def _mark_pending(self, change: LexicalChangeSet) -> None:
+        """Record, durably, which documents the index writes that follow may touch: their ids, or
+        every document ("*") when the change erases (a forget's scope is found by query, and an
+        interrupted erasure must still end in a rebuild)."""
+        if not (change.forgets or change.delete_turns or change.delete_docs or change.upsert_docs):
+            return
+        if erases(change):
+            pending = "*"
+        else:
+            pending = json.dumps(sorted({*change.delete_docs, *change.delete_turns, *(d.unit_id for d in change.upsert_docs)}))
+        c = self._ledger._conn()
+        # FULL for this one commit: the record must be on disk before the index commit is, or a
+        # power cut could keep the index's writes and lose the record of them.
+        c.execute("PRAGMA synchronous=FULL")
+        try:
+            with self._ledger._lock, self._ledger._tx() as tx:
+                tx.execute("INSERT OR REPLACE INTO meta VALUES ('pending', ?)", (pending,))
+        finally:
+            c.execute("PRAGMA synchronous=NORMAL")
+
+    def _recover(self) -> None:
+        """Undo what a writer that died between its index commit and its ledger transaction left
+        in the index: the recorded ids are made equal to the docs table (the ledger's truth,
+        consistent with the positions), or the whole index is rebuilt from it."""
+        pending = self._ledger.meta("pending")
+        if pending is None:
+            return
+        if pending == "*":
+            log.warning("lexical generation %d: a forget was interrupted; rebuilding the index from its ledger", self.generation)
+            self._rebuild(self.positions())
+            return
+        ids = json.loads(pending)
+        log.warning("lexical generation %d: the last write was interrupted; restoring %d documents from the ledger", self.generation, len(ids))
+        w = self._writer
+        for uid in ids:
+            w.delete_documents_by_term("unit_id", uid)
+        for chunk in _chunks(ids, 500):
+            rows = self._ledger._conn().execute(
+                "SELECT unit_id, kind, tenant_id, conversation_id, session_id, agent_ids, occurred_from, occurred_to, body "
+                f"FROM docs WHERE unit_id IN ({','.join('?' * len(chunk))})", chunk)
+            for r in rows:
+                w.add_document(self._document(_row_doc(r)))
+        w.commit()
+        with self._ledger._lock, self._ledger._tx() as c:
+            c.execute("DELETE FROM meta WHERE key='pending'")
+            c.execute("INSERT INTO meta VALUES ('commits', '1') ON CONFLICT(key) DO UPDATE SET value=CAST(value AS INTEGER)+1")
 
     def _document(self, d: LexicalDoc) -> tantivy.Document:
         doc = tantivy.Document(

@@ -160,3 +160,58 @@ def test_forget_erases_every_byte_of_the_forgotten_turns(index, request, tmp_pat
         # to bytes seen earlier in its block, so one of the two can be unreadable there as a whole)
         assert any(any(f.startswith("lexical/index") and f.endswith(".store") for f in files) for files in got["seen_before"].values()), got
     print(f"lexical/{name}: canaries seen before in {got['seen_before']}; erased after {got['erasure_seconds']:.1f} s")
+
+
+# -- a writer that dies in the middle of a change set -------------------------------------------
+class _Died(BaseException):
+    """The process 'dies' at a fault point: nothing of the apply runs after it (SQLite rolls its
+    open transaction back, as a kill would leave it)."""
+
+
+def _reopen(index):
+    """A new store object over the same data: what a restarted process opens."""
+    if index.backend == "tantivy":
+        from infra.lexical.tantivy import TantivyLexicalIndex
+
+        return TantivyLexicalIndex(index.directory, index.generation)
+    from infra.lexical.opensearch import OpenSearchLexicalIndex
+
+    return OpenSearchLexicalIndex(index.url, index.prefix, index.generation, **index._client_options)
+
+
+@pytest.mark.parametrize("first", ["upsert", "forget"])
+def test_a_change_interrupted_before_its_positions_leaves_nothing_the_ledger_cannot_account_for(index, monkeypatch, first):
+    """The replay after a crash need not rewrite what the dead writer wrote (a turn whose key a
+    forget destroyed meanwhile is skipped), so an interrupted change set must leave no document
+    whose turns the ledger does not hold — here a turn and the window over it, followed by a
+    replay that no longer has that turn."""
+    from schemas import faults
+
+    kept = [row(0, "the harbour ferry at dawn"), row(1, "a quiet ferry crossing")]
+    lost = row(2, "zebra marmalade canary")  # the turn the replay will not see again
+    index.apply(LexicalChangeSet(put_turns=kept, upsert_docs=[_doc(u) for u in units(kept)]), {0: 2})
+    interrupted = LexicalChangeSet(put_turns=[lost], upsert_docs=[_doc(u) for u in units([*kept, lost]) if lost.turn_id in u.turn_ids])
+    if first == "forget":  # an erasing change (the store may rebuild after it) interrupted the same way
+        interrupted.forgets.append(Forget("t1", ForgetScope(level="turn", conversation_id="c1", event_id=kept[0].event_id)))
+
+    def die(point: str) -> None:
+        if point == "view-written":
+            raise _Died(point)
+
+    monkeypatch.setattr(faults, "hit", die)
+    with pytest.raises(_Died):
+        index.apply(interrupted, {0: 3})
+    monkeypatch.undo()
+    index.close()
+    index = _reopen(index)
+    try:
+        assert index.positions() == {0: 2}
+        index.apply(LexicalChangeSet(), {0: 3})  # the replay: the lost turn skipped, nothing else to write
+        ledger = {t.turn_id for t in index.session_turns("t1", "c1", "s1")}
+        hits = index.search(None, "zebra marmalade", Boundary("t1"), 10)
+        if lost.turn_id not in ledger:
+            assert hits == [], f"documents of a change the ledger never recorded survived the crash: {hits}"
+        dumped = {d[0] for d in index.canonical_dump()["docs"]}
+        assert {u.unit_id for u in units(kept) if u.kind == "turn"} - dumped <= ({kept[0].turn_id} if first == "forget" else set())
+    finally:
+        index.close()
