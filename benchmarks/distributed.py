@@ -46,7 +46,7 @@ from tests.integration import servers  # noqa: E402
 from report import write_report  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_LOCOMO = REPO.parent / "shared/data/locomo/locomo-dev.json"
+from streams.sources.locomo import DEFAULT_PATH as DEFAULT_LOCOMO  # noqa: E402
 TENANT = "locomo"
 
 

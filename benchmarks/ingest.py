@@ -33,7 +33,7 @@ from services.runtime import build_pipeline  # noqa: E402
 from streams.sources import locomo  # noqa: E402
 from report import write_report  # noqa: E402
 
-DEFAULT_LOCOMO = Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo-dev.json"
+from streams.sources.locomo import DEFAULT_PATH as DEFAULT_LOCOMO  # noqa: E402
 
 
 class Clock:

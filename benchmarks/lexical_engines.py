@@ -31,7 +31,7 @@ from services.views import LiveViews  # noqa: E402
 from streams.sources import locomo  # noqa: E402
 from report import write_report  # noqa: E402
 
-DEFAULT_LOCOMO = Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo-dev.json"
+from streams.sources.locomo import DEFAULT_PATH as DEFAULT_LOCOMO  # noqa: E402
 TENANT = "locomo"
 
 

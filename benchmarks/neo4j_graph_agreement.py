@@ -35,6 +35,7 @@ from infra.graph.neo4j import Neo4jGraphStore  # noqa: E402
 from infra.graph.sqlite import SqliteGraphStore  # noqa: E402
 from schemas.ports.graph import AdjacencyEdge, EntityNode, GraphChangeSet, Mention, SentenceNode  # noqa: E402
 from schemas.ports.views import Boundary  # noqa: E402
+from schemas.units import entity_id  # noqa: E402
 
 from services.query.config import DEFAULT  # noqa: E402
 

@@ -28,8 +28,8 @@ from services.query.context import QueryContext  # noqa: E402
 from services.query.service import QueryService  # noqa: E402
 from services.views import LiveViews  # noqa: E402
 from streams.sources import locomo  # noqa: E402
+from streams.sources.locomo import DEFAULT_PATH as DEFAULT_LOCOMO  # noqa: E402
 
-DEFAULT_LOCOMO = Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo-dev.json"
 
 
 def main() -> int:

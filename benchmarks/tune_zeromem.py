@@ -35,9 +35,9 @@ from services.query.service import QueryService  # noqa: E402
 from services.query.zeromem import ZeroMem  # noqa: E402
 from services.views import LiveViews  # noqa: E402
 from streams.sources import locomo  # noqa: E402
+from streams.sources.locomo import DEFAULT_PATH as DEFAULT_LOCOMO  # noqa: E402
 from report import write_report  # noqa: E402
 
-DEFAULT_LOCOMO = Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo-dev.json"
 BUDGETS = (10, 25)
 
 GRID: dict[str, list] = {

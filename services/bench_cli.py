@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from streams.sources import locomo
+
 
 def register(sub) -> None:
     s = sub.add_parser("bench", help="benchmarks against a live deployment")
@@ -53,7 +55,7 @@ def register(sub) -> None:
 
     c = bsub.add_parser("scale", help="the measured tenants' Zero-Mem p95 and recall in a store grown to 10k / 100k / 1M turns, "
                                       "against the smallest, queries alternating (embedded; resumable)")
-    c.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO, help="the LoCoMo dev split: the measured tenant (default: %(default)s)")
+    c.add_argument("--locomo", type=Path, default=locomo.DEFAULT_PATH, help="the LoCoMo dev split: the measured tenant (default: %(default)s)")
     c.add_argument("--root", type=Path, default=Path("bench-results/scale"), help="where the two stores grow (kept: a run resumes)")
     c.add_argument("--points", default="10000,100000,1000000",
                    help="stored turns: the smallest is the reference store, the others the large store's steps (default %(default)s)")
@@ -66,7 +68,6 @@ def register(sub) -> None:
     c.set_defaults(func=cmd_scale)
 
 
-DEFAULT_LOCOMO = Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo-dev.json"
 
 
 def cmd_scale(args: argparse.Namespace) -> int:
@@ -81,7 +82,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
         raise SystemExit(f"--points: comma-separated turn counts, got {args.points!r}") from None
     if len(points) < 1 or min(points) < 1:
         raise SystemExit("--points: at least one positive turn count")
-    cfg = ScaleConfig(locomo=args.locomo, root=args.root, points=points, seed=args.seed,
+    cfg = ScaleConfig(locomo=args.locomo, root=args.root, points=points,
                       conversations=set(args.conversations.split(",")) if args.conversations else None,
                       questions=args.questions, shape=FleetShape(seed=args.seed, tenants=args.tenants))
     def save(report: dict) -> None:

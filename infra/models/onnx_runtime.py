@@ -16,6 +16,7 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -124,25 +125,41 @@ def _quantize(src: Path, dst: Path) -> None:
             os.unlink(tmp)
 
 
-def load_int8(fp32_path: Path, model, tokenizer, threads: int | None) -> tuple[object, Path] | None:
-    path = fp32_path.with_name(fp32_path.stem + "-int8.onnx")
+def _cached_session(path: Path, make: Callable[[], None], score: Callable[[object], float], good: Callable[[float], bool],
+                    what: str, threads: int | None) -> tuple[object, float, bool]:
+    """(session, score, good) of the cached file at `path`, made by `make` when missing. A file
+    that does not load, or whose session scores badly, is made again, once; a second failure to
+    load raises."""
     for attempt in (1, 2):
         if not path.exists():
-            log.info("encoder: quantising %s to int8 at %s (once)", fp32_path.name, path)
-            _quantize(fp32_path, path)
+            make()
         try:
             session = open_session(path, threads)
-            cos = _pooled_cosine(session, model, tokenizer)
-        except Exception as exc:  # noqa: BLE001 - a truncated or foreign file in the cache
+            value = score(session)
+        except Exception as exc:  # noqa: BLE001 - e.g. a truncated or foreign file in the cache
             if attempt == 2:
                 raise
-            log.warning("encoder: cached int8 export %s is unusable (%s); quantising again", path, exc)
+            log.warning("encoder: cached %s %s is unusable (%s); making it again", what, path, exc)
             path.unlink(missing_ok=True)
             continue
-        if cos >= INT8_MIN_COSINE:
-            return session, path
-        log.warning("encoder: int8 export's vectors differ from PyTorch's (cosine %.3f < %.2f)", cos, INT8_MIN_COSINE)
+        if good(value):
+            return session, value, True
         path.unlink(missing_ok=True)
+    return session, value, False
+
+
+def load_int8(fp32_path: Path, model, tokenizer, threads: int | None) -> tuple[object, Path] | None:
+    path = fp32_path.with_name(fp32_path.stem + "-int8.onnx")
+
+    def make() -> None:
+        log.info("encoder: quantising %s to int8 at %s (once)", fp32_path.name, path)
+        _quantize(fp32_path, path)
+
+    session, cos, ok = _cached_session(path, make, lambda s: _pooled_cosine(s, model, tokenizer), lambda c: c >= INT8_MIN_COSINE,
+                                       "int8 export", threads)
+    if ok:
+        return session, path
+    log.warning("encoder: int8 export's vectors differ from PyTorch's (cosine %.3f < %.2f)", cos, INT8_MIN_COSINE)
     return None
 
 
@@ -153,24 +170,15 @@ def load_session(model, tokenizer, model_name: str, model_dir: str | None, cache
     `int8`: the session of the export's 8-bit quantisation instead (checked by pooled cosine)."""
     try:
         path = (cache_dir or default_cache_dir()) / f"{model_name.replace('/', '_')}-{cache_key(model_name, model_dir)}.onnx"
-        for attempt in (1, 2):
-            if not path.exists():
-                log.info("encoder: exporting %s to ONNX at %s (once per model/torch/onnxruntime version)", model_name, path)
-                _export(model, tokenizer, path)
-            try:
-                session = open_session(path, threads)
-                diff = _check(session, model, tokenizer)
-            except Exception as exc:  # noqa: BLE001 - e.g. a truncated or foreign file in the cache
-                if attempt == 2:
-                    raise
-                log.warning("encoder: cached ONNX export %s is unusable (%s); exporting again", path, exc)
-                path.unlink(missing_ok=True)
-                continue
-            if diff <= TOLERANCE:
-                return load_int8(path, model, tokenizer, threads) if int8 else (session, path)
-            path.unlink(missing_ok=True)
-            if attempt == 2:
-                log.warning("encoder: ONNX export of %s differs from PyTorch by %.2g (> %.0e); using PyTorch", model_name, diff, TOLERANCE)
+
+        def make() -> None:
+            log.info("encoder: exporting %s to ONNX at %s (once per model/torch/onnxruntime version)", model_name, path)
+            _export(model, tokenizer, path)
+
+        session, diff, ok = _cached_session(path, make, lambda s: _check(s, model, tokenizer), lambda d: d <= TOLERANCE, "ONNX export", threads)
+        if ok:
+            return load_int8(path, model, tokenizer, threads) if int8 else (session, path)
+        log.warning("encoder: ONNX export of %s differs from PyTorch by %.2g (> %.0e); using PyTorch", model_name, diff, TOLERANCE)
         return None
     except Exception as exc:  # noqa: BLE001 - any export/runtime problem: PyTorch still works
         log.warning("encoder: ONNX Runtime unavailable for %s (%s: %s); using PyTorch", model_name, type(exc).__name__, exc)

@@ -15,6 +15,7 @@ duplicate). Python's `random.Random` seeded with a string is stable across runs 
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import random
 import re
@@ -81,11 +82,13 @@ class SyntheticFleet:
         self.vocabulary, self.shape = vocabulary, shape
         # Zipf-like word frequencies (rank r drawn ∝ 1/(r+1)), the shape natural text has.
         self._cumulative = list(itertools.accumulate(1.0 / (r + 1) for r in range(len(vocabulary.words))))
+        # Turns are generated in order: a conversation's parameters are drawn once, not per turn.
+        self._conversation = functools.lru_cache(maxsize=4)(self._draw_conversation)
 
     def tenant_id(self, conversation: int) -> str:
         return f"{self.shape.tenant_prefix}-{conversation % self.shape.tenants:05d}"
 
-    def _conversation(self, c: int) -> tuple[str, str, int, int, list[str], datetime, int]:
+    def _draw_conversation(self, c: int) -> tuple[str, str, int, int, list[str], datetime, int]:
         s, v = self.shape, self.vocabulary
         rng = random.Random(f"{s.seed}:conversation:{c}")
         a, b = rng.sample(range(s.agents_per_tenant), 2)

@@ -39,6 +39,7 @@ import httpx
 import numpy as np
 
 from schemas.errors import BadRequest
+from services.bench.procfs import rss_mb
 
 QUESTIONS = ["Who planned the ferry to Lisbon?", "What was the weather on day 40?", "Which market did Mira visit in Kyoto?",
              "When did Grace talk about the concert?", "What did Linus say about Nairobi?"]
@@ -98,11 +99,11 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 def _proc_sample(pid: int) -> tuple[float, int, float] | None:
     """(RSS MB, open files, CPU seconds so far) of a process."""
     try:
-        rss_kb = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmRSS:"))
+        rss = rss_mb(pid)
         stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         cpu = (int(stat[11]) + int(stat[12])) / _TICKS  # utime + stime
-        return rss_kb / 1024.0, len(os.listdir(f"/proc/{pid}/fd")), cpu
-    except (OSError, StopIteration, IndexError, ValueError):
+        return rss, len(os.listdir(f"/proc/{pid}/fd")), cpu
+    except (OSError, KeyError, IndexError, ValueError):
         return None
 
 

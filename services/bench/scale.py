@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import resource
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Callable
 from infra.registry import Registry
 from infra.settings import Settings
 from services.bench.fleet import FleetShape, SyntheticFleet, Vocabulary
+from services.bench.procfs import rss_mb, status_mb
 from services.runtime import build_pipeline
 from streams.sources import locomo
 
@@ -50,7 +50,6 @@ class ScaleConfig:
     locomo: Path
     root: Path
     points: tuple[int, ...] = (10_000, 100_000, 1_000_000)
-    seed: int = 7
     conversations: set[str] | None = None  # measured conversations (default: all of the dev split)
     budgets: tuple[int, ...] = (10, 25)
     questions: int | None = None  # the first N questions (default: all)
@@ -119,14 +118,14 @@ class Store:
         report = await ingest(self.settings, registry, samples, MEASURED_TENANT, self.cfg.conversations)
         self.progress(f"bench scale: {self.name}: measured tenant, {report['turns']} turns with {registry.encoder_name} "
                       f"in {report['seconds']} s")
-        _save(self.state_path, {"measured_turns": report["turns"], "fleet_turns": 0, "seed": self.cfg.seed,
+        _save(self.state_path, {"measured_turns": report["turns"], "fleet_turns": 0, "seed": self.cfg.shape.seed,
                                 "shape": asdict(self.cfg.shape), "measured_ingest": report})
         return report["turns"]
 
     async def grow(self, fleet: SyntheticFleet, dim: int, total: int) -> None:
         """Append and process fleet turns until the store holds `total` turns (measured ones included)."""
         state = _state(self.state_path)
-        if state.get("seed") != self.cfg.seed or state.get("shape") != asdict(self.cfg.shape):
+        if state.get("seed") != self.cfg.shape.seed or state.get("shape") != asdict(self.cfg.shape):
             raise SystemExit(f"{self.dir} was grown with another fleet (seed/shape in {self.state_path}); use another --root")
         have = state["fleet_turns"]
         want = max(0, total - state["measured_turns"])
@@ -164,8 +163,7 @@ def rss_probe(data_dir: str, locomo_path: str, conversations: str, n: int) -> No
     """Run in a fresh process (`query_rss`): the models, one store, n measured questions; prints
     the process's resident and peak memory in MB as JSON. One process per store, so that the two
     stores' figures do not share an allocator."""
-    from schemas.query import SearchRequest
-    from services.eval.locomo import questions
+    from services.eval.locomo import questions, request
     from services.query.service import QueryService
     from services.views import LiveViews
 
@@ -174,11 +172,11 @@ def rss_probe(data_dir: str, locomo_path: str, conversations: str, n: int) -> No
     views = LiveViews(registry)
     svc = QueryService(views, registry.encoder(), registry.extractor())
     svc.start()
-    base = _rss_mb()
+    base = rss_mb()
     qs = questions(locomo.load(locomo_path), set(conversations.split(",")) if conversations else None)[:n]
     for q in qs:
-        svc.search(SearchRequest(question=q.question, tenant_id=MEASURED_TENANT, conversation_id=q.conversation, strategy="zero-mem", max_turns=25))
-    status = {k: int(v.split()[0]) / 1024 for k, v in (line.split(":", 1) for line in open("/proc/self/status")) if k in ("VmRSS", "VmHWM")}
+        svc.search(request(q, "zero-mem", MEASURED_TENANT, 25))
+    status = status_mb(keys=("VmRSS", "VmHWM"))
     views.close()
     print(json.dumps({"rss_mb": round(status["VmRSS"], 1), "peak_mb": round(status["VmHWM"], 1), "after_models_mb": round(base, 1)}))
 
@@ -196,14 +194,6 @@ def query_rss(store: "Store", cfg: ScaleConfig, n: int = 100) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def _quantile(values: list[float], q: float) -> float:
     from services.eval.locomo import percentile
 
@@ -212,9 +202,7 @@ def _quantile(values: list[float], q: float) -> float:
 
 def compare(small: Store, large: Store, registry: Registry, samples: list[dict], cfg: ScaleConfig) -> dict:
     """The same questions on both stores, alternating (module docstring)."""
-    from schemas.query import SearchRequest
-    from services.eval.locomo import questions, summarize
-    from services.eval.metrics import parse_ref, recall_at
+    from services.eval.locomo import ask, questions, request, summarize
     from services.query.service import QueryService
     from services.views import LiveViews
 
@@ -227,23 +215,17 @@ def compare(small: Store, large: Store, registry: Registry, samples: list[dict],
         svc = QueryService(views, reg.encoder(), reg.extractor())
         svc.start()
         for q in qs[:20]:  # warm: caches built, files opened, so the comparison is of steady state
-            svc.search(SearchRequest(question=q.question, tenant_id=MEASURED_TENANT, conversation_id=q.conversation,
-                                     strategy="zero-mem", max_turns=max(cfg.budgets)))
+            svc.search(request(q, "zero-mem", MEASURED_TENANT, max(cfg.budgets)))
         services[name] = (svc, views)
     lat: dict[str, list[float]] = {n: [] for n in stores}
     rows: dict[str, list] = {n: [] for n in stores}
     names = list(stores)
     for i, q in enumerate(qs):
-        gold = {f"D{s}:{t}" for s, t in q.gold}
         for j in range(2):
             name = names[(i + j) % 2]
-            req = SearchRequest(question=q.question, tenant_id=MEASURED_TENANT, conversation_id=q.conversation,
-                                strategy="zero-mem", max_turns=max(cfg.budgets))
-            t0 = time.perf_counter()
-            resp = services[name][0].search(req)
-            lat[name].append((time.perf_counter() - t0) * 1000)
-            units = [[f"D{r[0]}:{r[1]}" for r in (parse_ref(t.source_ref) for t in e.turns) if r] for e in resp.evidence]
-            rows[name].append((q, {b: recall_at(units, gold, b) for b in cfg.budgets}))
+            ms, _, recall = ask(services[name][0], q, "zero-mem", MEASURED_TENANT, cfg.budgets)
+            lat[name].append(ms)
+            rows[name].append((q, recall))
     for _, views in services.values():
         views.close()
     out = {}
@@ -273,7 +255,7 @@ async def run(cfg: ScaleConfig, progress: Callable[[str], None] = print, on_poin
     dim = encoder.dim
     points = sorted(cfg.points)
     await small.grow(fleet, dim, points[0])
-    report: dict = {"config": {"points": points, "seed": cfg.seed, "shape": asdict(cfg.shape), "chunk": CHUNK,
+    report: dict = {"config": {"points": points, "seed": cfg.shape.seed, "shape": asdict(cfg.shape), "chunk": CHUNK,
                                "conversations": sorted(cfg.conversations) if cfg.conversations else None,
                                "measured_encoder": registry.encoder_name, "bulk_models": BulkRegistry(small.settings, dim).encoder().model_name},
                     "points": []}

@@ -93,6 +93,22 @@ def percentile(values: list[float], p: float) -> float:
     return s[k]
 
 
+def request(q: Question, strategy: str, tenant: str, budget: int, k: int | None = None) -> SearchRequest:
+    """The question's request (k: the service's default when None)."""
+    return SearchRequest(question=q.question, tenant_id=tenant, conversation_id=q.conversation, strategy=strategy, max_turns=budget,
+                         **({"k": k} if k is not None else {}))
+
+
+def ask(service, q: Question, strategy: str, tenant: str, budgets: list[int] | tuple[int, ...], k: int | None = None):
+    """One question: (latency in ms, the response, recall at each budget)."""
+    t0 = time.perf_counter()
+    resp = service.search(request(q, strategy, tenant, max(budgets), k))
+    ms = (time.perf_counter() - t0) * 1000
+    gold = {f"D{s}:{t}" for s, t in q.gold}
+    units = [[f"D{r[0]}:{r[1]}" for r in (parse_ref(t.source_ref) for t in e.turns) if r] for e in resp.evidence]
+    return ms, resp, {b: recall_at(units, gold, b) for b in budgets}
+
+
 def evaluate_strategies(service, qs: list[Question], strategies: list[str], budgets: list[int], tenant: str, k: int,
                         tokens: Callable[[], int] | None = None, progress: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
     """Per strategy: recall at each budget, latency, LLM tokens (from `tokens`, the reader's
@@ -108,23 +124,18 @@ def evaluate_strategies(service, qs: list[Question], strategies: list[str], budg
 
     strategies = list(dict.fromkeys(strategies))
     acc = {name: {"rows": [], "latencies": [], "stages": {}, "typed": {}, "tokens": 0} for name in strategies}
-    budget = max(budgets)
     for n, q in enumerate(qs):
-        gold = {f"D{s}:{t}" for s, t in q.gold}
         kind = answer_type(q.question)
         for j in range(len(strategies)):
             name = strategies[(n + j) % len(strategies)]
             a = acc[name]
-            req = SearchRequest(question=q.question, tenant_id=tenant, conversation_id=q.conversation, strategy=name, k=k, max_turns=budget)
             before = tokens() if tokens else 0
-            t0 = time.perf_counter()
-            resp = service.search(req)
-            a["latencies"].append((time.perf_counter() - t0) * 1000)
+            ms, resp, recall = ask(service, q, name, tenant, budgets, k)
+            a["latencies"].append(ms)
             a["tokens"] += (tokens() - before) if tokens else 0
-            for stage, ms in resp.timings_ms.items():
-                a["stages"].setdefault(stage, []).append(ms)
-            units = [[f"D{r[0]}:{r[1]}" for r in (parse_ref(t.source_ref) for t in e.turns) if r] for e in resp.evidence]
-            a["rows"].append((q, {b: recall_at(units, gold, b) for b in budgets}))
+            for stage, stage_ms in resp.timings_ms.items():
+                a["stages"].setdefault(stage, []).append(stage_ms)
+            a["rows"].append((q, recall))
             if kind in ("date", "duration", "number", "person", "place"):
                 cands = extract_candidates([(t.turn_id, t.text, t.occurred_at) for t in evidence_turns(resp.evidence)], kind)
                 a["typed"].setdefault(CATEGORIES[q.category], []).append(gold_in_candidates(q.answer, cands))

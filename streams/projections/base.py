@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Generic, Sequence, TypeVar
 
 from schemas import faults
-from schemas.errors import InvalidEvent
 from schemas.events import ForgetRequested, TurnRecorded
 from schemas.ports.event_log import LogRecord
 from schemas.ports.views import ChangeSet, Forget, Positions, TurnRow, ViewName, ViewStore, content_hash

@@ -21,6 +21,9 @@ from typing import Any, Iterator
 from schemas.errors import BadRequest
 from schemas.events import Attachment, TurnRecorded
 
+# The dev split, where the machines keep it (beside the repository; never copied into it).
+DEFAULT_PATH = Path(__file__).resolve().parents[3] / "shared/data/locomo/locomo-dev.json"
+
 _SESSION = re.compile(r"^session_(\d+)$")
 _DIA = re.compile(r"^D(\d+):(\d+)$")
 
