@@ -67,6 +67,21 @@ def register(sub) -> None:
     c.add_argument("--plot", type=Path, help="write PNG plots here")
     c.set_defaults(func=cmd_scale)
 
+    q = bsub.add_parser("query", help="publish the LoCoMo dev split through the API, then query latency per strategy at 1 and N "
+                                      "concurrent clients (client and server p50/p95/p99, stage p50s, recall); loopback only")
+    q.add_argument("--url", help="a running memstream serve (loopback), e.g. a distributed deployment's; default: start one on a "
+                                 "scratch directory (embedded)")
+    q.add_argument("--key", help="a writer or admin key of the tenant 'bench' (default and better: $MEMSTREAM_API_KEY)")
+    q.add_argument("--locomo", type=Path, default=locomo.DEFAULT_PATH, help="the LoCoMo dev split (default: %(default)s)")
+    q.add_argument("--conversations", help="comma-separated sample ids (default: all of the split)")
+    q.add_argument("--questions", type=int, help="ask only the first N questions (smoke runs)")
+    q.add_argument("--strategies", default="zero-mem,bm25,hierarchy-only")
+    q.add_argument("--concurrency", default="1,4", help="concurrent clients, one round per value (default %(default)s)")
+    q.add_argument("--projections", choices=("inline", "child"), default="child", help="for the serve this starts (see memstream serve)")
+    q.add_argument("--out", type=Path, default=Path("bench-results/query.json"))
+    q.add_argument("--plot", type=Path, help="write a PNG plot here")
+    q.set_defaults(func=cmd_query)
+
 
 
 
@@ -94,6 +109,36 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
     result = asyncio.run(run(cfg, progress=lambda m: print(m, file=sys.stderr, flush=True), on_point=save))
     print(json.dumps({k: v for k, v in result.items() if k != "points"} | {"p95_ratios": [p["p95_ratio"] for p in result["points"]]}, indent=2))
+    return 0
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from services.bench.load import write
+    from services.bench.query import QueryBench, QueryBenchConfig, plot
+
+    try:
+        levels = tuple(int(x) for x in args.concurrency.split(","))
+    except ValueError:
+        raise SystemExit(f"--concurrency: comma-separated numbers of clients, got {args.concurrency!r}") from None
+    if not levels or min(levels) < 1:
+        raise SystemExit("--concurrency: each level needs at least one client")
+    from schemas.query import STRATEGIES
+
+    strategies = tuple(x for x in args.strategies.split(",") if x)
+    unknown = [x for x in strategies if x not in STRATEGIES]
+    if unknown or not strategies:
+        raise SystemExit(f"--strategies: unknown {unknown}; choose from {', '.join(STRATEGIES)}")
+    with _serve(args) as (url, key, _pid):
+        cfg = QueryBenchConfig(url=url, key=key, locomo=args.locomo, questions=args.questions, concurrency=levels,
+                               conversations=set(args.conversations.split(",")) if args.conversations else None,
+                               strategies=strategies,
+                               extra={"deployment": "url" if args.url else f"scratch embedded serve (--projections {args.projections})"})
+        result = asyncio.run(QueryBench(cfg, progress=lambda m: print(m, file=sys.stderr, flush=True)).run())
+    result["command"] = " ".join(["memstream", *_redacted(sys.argv[1:])])
+    write(result, args.out)
+    if args.plot:
+        plot(result, args.plot)
+    print(json.dumps(result, indent=2))
     return 0
 
 
@@ -141,7 +186,7 @@ def _serve(args) -> Iterator[tuple[str, str, int | None]]:
     if args.url:
         key = args.key or os.environ.get("MEMSTREAM_API_KEY")
         if not key:
-            raise SystemExit("memstream bench load --url needs --key or MEMSTREAM_API_KEY")
+            raise SystemExit(f"memstream bench {args.bench_command} --url needs --key or MEMSTREAM_API_KEY")
         yield args.url.rstrip("/"), key, None
         return
     binary = str(Path(sys.executable).with_name("memstream"))
