@@ -24,6 +24,7 @@ from schemas.text import words
 from schemas.units import UnitKind, unit_key
 
 _PAGE = 10_000  # OpenSearch's default max_result_window
+_HIT_FIELDS = "hits.hits._score,hits.hits.fields,hits.hits.sort"  # the response carries nothing else
 
 _ANALYSIS = {
     "tokenizer": {"memstream_simple": {"type": "pattern", "pattern": "[^\\p{L}\\p{N}]+"}},
@@ -99,18 +100,19 @@ class OpenSearchLexicalIndex(OpenSearchViewBase):
             return None
         return {"bool": {"must": [{"match": {"body": {"query": text}}}], "filter": [*([term("kind", kind)] if kind is not None else []), *boundary_filters(boundary)]}}
 
-    def _ranked(self, q: dict, limit: int, what: str) -> list[dict]:
+    def _ranked(self, q: dict, limit: int, what: str, field: str) -> list[dict]:
         """The top `limit` hits, best first, ties by unit id (the twin's order); pages past
-        max_result_window with search_after. The unit key comes from doc values: no stored
-        document is fetched."""
+        max_result_window with search_after. Each hit carries only its score and `field` from
+        doc values: loading every hit's stored `_id` cost the engine ~30 µs a hit (a dev-split
+        conversation scored whole, ~1,000 hits: 36 ms of engine time with it, 4 ms without)."""
         out: list[dict] = []
         with self._translate(what):
             while len(out) < limit:
-                body = {"query": q, "size": min(_PAGE, limit - len(out)), "_source": False, "track_scores": True,
-                        "docvalue_fields": ["key"], "sort": [{"_score": "desc"}, {"unit_id": "asc"}]}
+                body = {"query": q, "size": min(_PAGE, limit - len(out)), "_source": False, "stored_fields": "_none_", "track_scores": True,
+                        "docvalue_fields": [field], "sort": [{"_score": "desc"}, {"unit_id": "asc"}]}
                 if out:
                     body["search_after"] = out[-1]["sort"]
-                hits = self._os().search(index=self.index, body=body)["hits"]["hits"]
+                hits = self._os().search(index=self.index, body=body, filter_path=_HIT_FIELDS).get("hits", {}).get("hits", [])
                 out.extend(hits)
                 if len(hits) < body["size"]:
                     break
@@ -120,15 +122,24 @@ class OpenSearchLexicalIndex(OpenSearchViewBase):
         q = self._query(kind, query, boundary)
         if q is None or k <= 0:
             return []
-        return [Hit(h["_id"], float(h["_score"])) for h in self._ranked(q, k, "searching the lexical index")]
+        return [Hit(h["fields"]["unit_id"][0], float(h["_score"])) for h in self._ranked(q, k, "searching the lexical index", "unit_id")]
 
     def score_units(self, kind: UnitKind | None, query: str, boundary: Boundary, limit: int) -> tuple[np.ndarray, np.ndarray]:
         q = self._query(kind, query, boundary)
         if q is None or limit <= 0:
             return np.zeros(0, np.int64), np.zeros(0)
-        hits = self._ranked(q, limit, "scoring units in the lexical index")
-        return (np.asarray([h["fields"]["key"][0] for h in hits], dtype=np.int64),
-                np.asarray([h["_score"] for h in hits], dtype=float))
+        if limit > _PAGE:
+            hits = self._ranked(q, limit, "scoring units in the lexical index", "key")
+        else:
+            # One request, unsorted (the engine's sort on a second key doubles its time here);
+            # the order is made below, the same: score, then key.
+            with self._translate("scoring units in the lexical index"):
+                hits = self._os().search(index=self.index, body={"query": q, "size": limit, "_source": False, "stored_fields": "_none_",
+                                                                  "docvalue_fields": ["key"]}, filter_path=_HIT_FIELDS).get("hits", {}).get("hits", [])
+        keys = np.asarray([h["fields"]["key"][0] for h in hits], dtype=np.int64)
+        scores = np.asarray([h["_score"] for h in hits], dtype=float)
+        order = np.lexsort((keys, -scores))
+        return keys[order], scores[order]
 
     def canonical_dump(self) -> dict:
         with self._translate("dumping the lexical index"):
