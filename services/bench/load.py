@@ -73,7 +73,7 @@ def check_loopback(url: str) -> None:
     except ValueError:
         loop = False
     if not loop:
-        raise BadRequest(f"memstream bench load runs against a loopback address only, not {host!r}")
+        raise BadRequest(f"memstream bench runs against a loopback address only, not {host!r}")
 
 
 def _quantiles(values: list[float]) -> dict:

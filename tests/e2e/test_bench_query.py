@@ -40,7 +40,8 @@ def test_bench_query_publishes_the_split_and_reports_each_strategy_at_each_concu
 
 
 @pytest.mark.parametrize("args, message", [(("--strategies", "zero-mem,nope"), "unknown ['nope']"),
-                                           (("--concurrency", "1,x"), "--concurrency"), (("--concurrency", "0"), "at least one client")])
+                                           (("--concurrency", "1,x"), "--concurrency"), (("--concurrency", "0"), "at least one client"),
+                                           (("--url", "http://10.1.2.3:9", "--key", "k"), "loopback address only")])
 def test_bench_query_refuses_bad_options_before_starting_anything(tmp_path, locomo, args, message):
     run = _bench(tmp_path, "--locomo", str(locomo), *args, "--out", str(tmp_path / "q.json"))
     assert run.returncode != 0 and message in run.stderr and not (tmp_path / "q.json").exists()

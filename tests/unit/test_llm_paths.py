@@ -12,8 +12,8 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 ALLOWED = {"infra/reader/openai.py", "services/eval/zero_tokens.py"}  # the reader; the test/eval counting proxy
-# `memstream bench load` is a client of memstream itself, on a loopback address only (check_loopback)
-HTTP_ALLOWED = ALLOWED | {"services/bench/load.py"}
+# `memstream bench load` and `bench query` are clients of memstream itself, on a loopback address only (check_loopback)
+HTTP_ALLOWED = ALLOWED | {"services/bench/load.py", "services/bench/query.py"}
 
 
 def test_only_the_reader_opens_llm_connections():
