@@ -4,6 +4,7 @@ bytes (never through an engine's API), and check that what is still sealed does 
 from __future__ import annotations
 
 import base64
+import os
 import secrets
 from pathlib import Path
 
@@ -17,19 +18,25 @@ def new_canary(tag: str = "") -> str:
 
 
 def scan(directories, needles: list[bytes]) -> list[str]:
-    """`file: needle` for every needle found in any file under the directories (grep -a)."""
+    """`file: needle` for every needle found in any file under the directories (grep -a).
+
+    The servers keep writing while we walk (Qdrant's `.atomicwrite*` temporaries come and go), so a
+    file or directory that vanishes between listing and reading is skipped: os.walk drops a
+    directory it cannot list, where Path.rglob raised FileNotFoundError mid-scan."""
     found = []
     for d in directories:
         if d is None:
             continue
-        for f in Path(d).rglob("*"):
-            if not f.is_file() or f.is_symlink():
-                continue
-            try:
-                data = f.read_bytes()
-            except OSError:
-                continue
-            found.extend(f"{f}: {n[:24]!r}" for n in needles if n in data)
+        for root, _dirs, files in os.walk(d):
+            for name in files:
+                f = Path(root) / name
+                if f.is_symlink():
+                    continue
+                try:
+                    data = f.read_bytes()
+                except OSError:
+                    continue
+                found.extend(f"{f}: {n[:24]!r}" for n in needles if n in data)
     return found
 
 
