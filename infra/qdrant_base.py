@@ -107,6 +107,17 @@ def open_client(location: str | QdrantClient) -> QdrantClient:
     return QdrantClient(path=location)
 
 
+def grpc_points(client: QdrantClient):
+    """The client's raw gRPC points stub (authenticated channel, warm) when it talks gRPC to a
+    server, else None. A read that returns every point of a boundary calls the stub directly:
+    qdrant-client turns each protobuf hit into a pydantic model, which was ~60% of such a call
+    (2,000 hits with one payload field: 75 ms through `query_points`, 29 ms through the stub,
+    of which 13 ms is the server's). `_client` is the client's own remote; the version is pinned
+    in requirements.lock and both paths run in the contract suite (qdrant-server-grpc/-rest)."""
+    remote = getattr(client, "_client", None)
+    return remote.grpc_points if getattr(remote, "_prefer_grpc", False) else None
+
+
 def is_local(client: QdrantClient) -> bool:
     """Local mode computes exact cosine by brute force and has no payload indexes (it warns
     when given either), so those options are only sent to a server."""

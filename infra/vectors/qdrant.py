@@ -23,8 +23,11 @@ from collections import defaultdict
 
 import numpy as np
 from qdrant_client import QdrantClient, models
+from qdrant_client import grpc as qgrpc
+from qdrant_client.conversions.conversion import RestToGrpc
 
-from infra.qdrant_base import QdrantViewBase, boundary_filter, is_local, ledger_conditions, match, match_any, point_uuid, scope_conditions
+from infra.qdrant_base import (QdrantViewBase, boundary_filter, grpc_points, is_local, ledger_conditions, match, match_any, point_uuid,
+                               scope_conditions)
 from infra.turn_docs import micros
 from schemas.ports.vectors import COLLECTIONS, Collection, TurnPooling, VectorChangeSet, VectorPoint
 from schemas.ports.views import Boundary, Forget, Hit, Positions, TurnRow
@@ -32,6 +35,10 @@ from schemas.sealing import TextSealer
 from schemas.units import unit_key
 
 _BATCH = 256
+# A read of every admissible point asks for this many at once and counts only when the answer is
+# full (a boundary holds hundreds to thousands of points): no count round trip per read. A larger
+# limit costs Qdrant nothing measurable up to ~100k (the heap is sized by the hits, not the limit).
+_ALL = 65_536
 _POINT_INDEXES = {
     **{name: models.PayloadSchemaType.KEYWORD for name in ("tenant_id", "conversation_id", "session_id", "agent_id", "owner_id")},
     "occurred_from": models.PayloadSchemaType.INTEGER, "occurred_to": models.PayloadSchemaType.INTEGER,
@@ -58,6 +65,7 @@ class QdrantVectorStore(QdrantViewBase):
     def __init__(self, location: str | QdrantClient, prefix: str, generation: int, *, sealer: TextSealer, exact: bool = True):
         super().__init__(location, prefix, generation, sealer=sealer)
         self.exact = exact
+        self.page = _ALL  # points asked for before counting (a test lowers it to reach the counted path)
 
     def _name(self, collection: Collection) -> str:
         return f"{self.base}-{collection}"
@@ -144,13 +152,32 @@ class QdrantVectorStore(QdrantViewBase):
         if flt is None or not self._exists(name):
             return []
         client = self._connection()
+        q = np.asarray(vector, dtype=np.float32).reshape(-1).tolist()
+        params = None if is_local(client) else models.SearchParams(exact=self.exact)
         if limit is None:  # every admissible point
+            points = client.query_points(name, query=q, query_filter=flt, limit=self.page, with_payload=payload, search_params=params).points
+            if len(points) < self.page:
+                return points
             limit = client.count(name, count_filter=flt, exact=True).count
         if limit <= 0:
             return []
-        q = np.asarray(vector, dtype=np.float32).reshape(-1).tolist()
-        params = None if is_local(client) else models.SearchParams(exact=self.exact)
         return client.query_points(name, query=q, query_filter=flt, limit=limit, with_payload=payload, search_params=params).points
+
+    def _score_all_grpc(self, stub, collection: Collection, vector: np.ndarray, boundary: Boundary) -> tuple[np.ndarray, np.ndarray] | None:
+        """score_units straight on the gRPC stub (grpc_points: no per-hit model objects)."""
+        name, flt = self._name(collection), boundary_filter(boundary)
+        if flt is None or not self._exists(name):
+            return np.zeros(0, np.int64), np.zeros(0)
+        request = dict(collection_name=name, filter=RestToGrpc.convert_filter(flt), params=qgrpc.SearchParams(exact=self.exact),
+                       query=qgrpc.Query(nearest=qgrpc.VectorInput(dense=qgrpc.DenseVector(data=np.asarray(vector, np.float32).reshape(-1).tolist()))),
+                       with_payload=qgrpc.WithPayloadSelector(include=qgrpc.PayloadIncludeSelector(fields=["key"])))
+        timeout = self._connection().init_options.get("timeout") or 30
+        hits = stub.Query(qgrpc.QueryPoints(limit=self.page, **request), timeout=timeout).result
+        if len(hits) >= self.page:
+            count = self._connection().count(name, count_filter=flt, exact=True).count
+            hits = stub.Query(qgrpc.QueryPoints(limit=max(count, 1), **request), timeout=timeout).result
+        return (np.fromiter((h.payload["key"].integer_value for h in hits), dtype=np.int64, count=len(hits)),
+                np.fromiter((h.score for h in hits), dtype=float, count=len(hits)))
 
     def search(self, collection: Collection, vector: np.ndarray, boundary: Boundary, k: int) -> list[Hit]:
         with self._translate("searching vectors"):
@@ -161,6 +188,8 @@ class QdrantVectorStore(QdrantViewBase):
 
     def score_units(self, collection: Collection, vector: np.ndarray, boundary: Boundary) -> tuple[np.ndarray, np.ndarray]:
         with self._translate("scoring vectors"):
+            if (stub := grpc_points(self._connection())) is not None:
+                return self._score_all_grpc(stub, collection, vector, boundary)
             points = self._query(collection, vector, boundary, None, ["key"])
         return np.asarray([p.payload["key"] for p in points], dtype=np.int64), np.asarray([p.score for p in points], dtype=float)
 

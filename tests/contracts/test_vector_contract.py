@@ -78,6 +78,33 @@ def test_search_returns_exact_cosine_in_order(store):
     assert store.positions() == {0: 20}
 
 
+@pytest.mark.parametrize("page", [None, 3], ids=["one-request", "counted"])
+def test_score_units_scores_every_admissible_point_by_its_key(store, page):
+    """Every point inside the boundary, and none outside it, with its exact cosine, under its
+    unit key. `page`: a server adapter asks for a page of points first and counts only when the
+    page comes back full; a small page reaches that path (adapters without one ignore it)."""
+    from schemas.units import unit_key
+
+    if page is not None:
+        if not hasattr(store, "page"):
+            pytest.skip("this adapter reads every point in one request")
+        store.page = page
+    vecs = {f"p{i}": unit_vector(i) for i in range(8)}
+    store.apply(VectorChangeSet(upsert_points=[point(k, v) for k, v in vecs.items()]
+                                + [point("other-conv", unit_vector(1), conv="c2"), point("other-tenant", unit_vector(1), tenant="t2"),
+                                   point("w", unit_vector(1), collection="window")]), {0: 11})
+    q = unit_vector(3)
+    keys, scores = store.score_units("turn", q, Boundary("t1", ("c1",)))
+    assert keys.dtype == np.int64 and len(keys) == len(scores) == len(vecs)
+    want = {unit_key(k): float(v @ q) for k, v in vecs.items()}
+    got = dict(zip(keys.tolist(), scores.tolist()))
+    assert set(got) == set(want)
+    for k, s in got.items():
+        assert abs(s - want[k]) < 1e-5
+    keys, _ = store.score_units("turn", q, Boundary("t1", ("nothing-here",)))
+    assert len(keys) == 0
+
+
 def test_collections_boundaries_and_tenants_are_separate(store):
     v = unit_vector(1)
     store.apply(VectorChangeSet(upsert_points=[
