@@ -50,7 +50,10 @@ Personalised PageRank runs on the server:
    contexts) stay in the projection as isolated nodes, exactly as they stay in the embedded
    twin's matrix with their edges zeroed: reset mass put on them must still count.
 2. `gds.pageRank.stream` with dampingFactor = damping, relationshipWeightProperty 'w',
-   maxIterations = max_iterations, weighted sourceNodes [[node, r_i]] (r normalised to sum 1)
+   maxIterations = max_iterations, weighted sourceNodes [[node id, r_i]] (r normalised to sum 1;
+   node ids read once per projection from the projection itself, `_node_ids`, so a question
+   sends ids and gets ids and scores back, mapped to turn ids here), concurrency 1 (GDS's threads
+   cost more than they save on a boundary's ~10^3 nodes)
    and tolerance = tolerance / node count: GDS stops propagating a node's delta once it is
    <= its tolerance, while the port's tolerance bounds the L1 change of the whole vector;
    with the caller's value per node, the mass left behind added up to ~2e-4 on LoCoMo graphs.
@@ -180,15 +183,20 @@ class Neo4jGraphStore:
         return None
 
     def __init__(self, uri: str, generation: int, *, auth: tuple[str, str] | None = None, database: str | None = None,
-                 max_projections: int = 8, **driver_config):
+                 max_projections: int = 8, pagerank_concurrency: int = 1, **driver_config):
         self.uri = uri
         self.generation = generation
         self.database = database
         self.max_projections = max_projections
+        # GDS's threads per PageRank call (its default is 4). A boundary is one conversation's
+        # graph, ~10^3 nodes: handing it to 4 threads cost more than it saved (compute 51 vs 21 ms
+        # p50 on conv-26, 2 cores); raise it for boundaries of 10^5+ nodes on a larger server.
+        self.pagerank_concurrency = pagerank_concurrency
         self._driver = connect(uri, auth, **driver_config)  # lazy: no I/O until the first query
         self._ready = False
         self._ready_lock = threading.Lock()
         self._projections: OrderedDict[str, int] = OrderedDict()  # name -> node count, the ones this store uses, LRU order
+        self._node_maps: OrderedDict[str, tuple[dict[str, int], dict[int, str]]] = OrderedDict()  # name -> _node_ids(name)
         self._proj_lock = threading.Lock()
         self._read_cache: OrderedDict[tuple, object] = OrderedDict()  # (read, boundary key, versions) -> value, LRU order
         self._gds_checked = False
@@ -212,6 +220,7 @@ class Neo4jGraphStore:
         """Delete this generation's nodes and GDS projections (a retired generation's storage)."""
         with self._proj_lock:
             self._projections.clear()
+            self._node_maps.clear()
             self._read_cache.clear()
         with translated(self.uri, f"dropping graph generation {self.generation}"), self._session() as s:
             drop_generation_data(s, VIEW, self.generation)
@@ -465,6 +474,7 @@ class Neo4jGraphStore:
                     raise
                 with self._proj_lock:
                     self._projections.pop(name, None)
+                    self._node_maps.pop(name, None)
                 self._drop_projection(name)
         raise AssertionError("unreachable")
 
@@ -480,28 +490,45 @@ class Neo4jGraphStore:
         self._gds_checked = True
 
     def _pagerank(self, name: str, boundary: Boundary, sources: list, damping: float, max_iterations: int, tolerance: float) -> dict[str, float]:
-        where, params = _scope(boundary)
-        # Sources are the reset ids that are nodes of the projection (the same membership rule as
-        # the projection query); GDS streams every node, the division by the total turns GDS's
-        # dangling-leaking scores into the embedded definition (module docstring, point 3).
-        rows = self._query(
+        # Sources are the reset ids that are nodes of the projection (the contexts inside the
+        # boundary and the entities they mention), given to GDS as its node ids; the division by
+        # the total turns GDS's dangling-leaking scores into the embedded definition (module
+        # docstring, point 3).
+        node_of, context_of = self._node_ids(name)
+        src = [(node_of[key], mass) for key, mass in sources if key in node_of]
+        total = sum(mass for _, mass in src)
+        if total <= 0:
+            return {}
+        row = self._query(
             "computing personalised PageRank with GDS",
-            "CALL () { "
-            f"  UNWIND $sources AS r MATCH (c:Context {{gen: $gen, turn_id: r[0]}}) WHERE {where} RETURN c AS n, r[1] AS mass "
-            "  UNION ALL "
-            "  UNWIND $sources AS r MATCH (e:Entity {gen: $gen, entity_id: r[0]}) "
-            f"  WHERE EXISTS {{ MATCH (e)<-[m:MENTIONS]-(c:Context) WHERE m.kind IN $kinds AND {where} }} RETURN e AS n, r[1] AS mass "
-            "} "
-            "WITH collect([n, mass]) AS src, sum(mass) AS total WHERE total > 0 "
-            "CALL gds.pageRank.stream($graph, {sourceNodes: [s IN src | [s[0], s[1] / total]], dampingFactor: $damping, "
-            "  relationshipWeightProperty: 'w', maxIterations: $iterations, tolerance: $tolerance, logProgress: false}) "
-            "YIELD nodeId, score "
-            "WITH collect([nodeId, score]) AS scores, sum(score) AS mass "
-            "UNWIND scores AS s WITH gds.util.asNode(s[0]) AS n, CASE WHEN mass > 0 THEN s[1] / mass ELSE 0.0 END AS score "
-            "WHERE n:Context RETURN n.turn_id AS id, score",
-            graph=name, sources=sources, kinds=NODE_KINDS, damping=float(damping), iterations=int(max_iterations),
-            tolerance=float(tolerance), **params)
-        return {r["id"]: float(r["score"]) for r in rows}
+            "CALL gds.pageRank.stream($graph, {sourceNodes: $sources, dampingFactor: $damping, relationshipWeightProperty: 'w', "
+            "  maxIterations: $iterations, tolerance: $tolerance, concurrency: $concurrency, logProgress: false}) "
+            "YIELD nodeId, score RETURN collect(nodeId) AS ids, collect(score) AS scores",
+            graph=name, sources=[[node, mass / total] for node, mass in src], damping=float(damping), iterations=int(max_iterations),
+            tolerance=float(tolerance), concurrency=self.pagerank_concurrency)[0]
+        mass = sum(row["scores"])
+        return {context_of[n]: (s / mass if mass > 0 else 0.0) for n, s in zip(row["ids"], row["scores"]) if n in context_of}
+
+    def _node_ids(self, name: str) -> tuple[dict[str, int], dict[int, str]]:
+        """The projection's nodes as GDS numbers them: (turn or entity id -> node id, node id ->
+        turn id of the contexts). Read from the projection itself (every node it holds, whatever
+        was written since), once per projection: a name is a boundary at one data version, so
+        the ids stay valid for as long as the name does. Resolving the sources by a MATCH per
+        question and the scores by gds.util.asNode per node was ~60% of a PageRank call."""
+        with self._proj_lock:
+            hit = self._node_maps.get(name)
+            if hit is not None:
+                self._node_maps.move_to_end(name)
+                return hit
+        rows = self._query("reading a GDS projection's node ids",
+                           "CALL gds.degree.stream($graph, {concurrency: 1}) YIELD nodeId WITH nodeId, gds.util.asNode(nodeId) AS n "
+                           "WHERE n IS NOT NULL RETURN nodeId AS id, coalesce(n.turn_id, n.entity_id) AS key, n:Context AS context", graph=name)
+        value = ({r["key"]: r["id"] for r in rows}, {r["id"]: r["key"] for r in rows if r["context"]})
+        with self._proj_lock:
+            self._node_maps[name] = value
+            while len(self._node_maps) > self.max_projections:
+                self._node_maps.popitem(last=False)
+        return value
 
     def _projection(self, boundary: Boundary, adjacency_weight: float, exclude: tuple[str, ...], max_share: float) -> tuple[str, int] | None:
         """(name, node count) of a GDS projection of the boundary's graph at its current data
