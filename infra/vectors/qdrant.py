@@ -163,21 +163,34 @@ class QdrantVectorStore(QdrantViewBase):
             return []
         return client.query_points(name, query=q, query_filter=flt, limit=limit, with_payload=payload, search_params=params).points
 
-    def _score_all_grpc(self, stub, collection: Collection, vector: np.ndarray, boundary: Boundary) -> tuple[np.ndarray, np.ndarray] | None:
-        """score_units straight on the gRPC stub (grpc_points: no per-hit model objects)."""
-        name, flt = self._name(collection), boundary_filter(boundary)
-        if flt is None or not self._exists(name):
-            return np.zeros(0, np.int64), np.zeros(0)
-        request = dict(collection_name=name, filter=RestToGrpc.convert_filter(flt), params=qgrpc.SearchParams(exact=self.exact),
-                       query=qgrpc.Query(nearest=qgrpc.VectorInput(dense=qgrpc.DenseVector(data=np.asarray(vector, np.float32).reshape(-1).tolist()))),
-                       with_payload=qgrpc.WithPayloadSelector(include=qgrpc.PayloadIncludeSelector(fields=["key"])))
+    def _score_all_grpc(self, stub, requests: list[tuple[Collection, np.ndarray]], boundary: Boundary) -> list[tuple[np.ndarray, np.ndarray]]:
+        """score_units straight on the gRPC stub (grpc_points: no per-hit model objects), every
+        request in flight at once: the server scores them side by side on its cores while the
+        answers of the first ones are decoded here."""
+        flt = boundary_filter(boundary)
+        gflt = None if flt is None else RestToGrpc.convert_filter(flt)
         timeout = self._connection().init_options.get("timeout") or 30
-        hits = stub.Query(qgrpc.QueryPoints(limit=self.page, **request), timeout=timeout).result
-        if len(hits) >= self.page:
-            count = self._connection().count(name, count_filter=flt, exact=True).count
-            hits = stub.Query(qgrpc.QueryPoints(limit=max(count, 1), **request), timeout=timeout).result
-        return (np.fromiter((h.payload["key"].integer_value for h in hits), dtype=np.int64, count=len(hits)),
-                np.fromiter((h.score for h in hits), dtype=float, count=len(hits)))
+
+        def query(name: str, vector: np.ndarray, limit: int):
+            return stub.Query.future(qgrpc.QueryPoints(
+                collection_name=name, filter=gflt, params=qgrpc.SearchParams(exact=self.exact), limit=limit,
+                query=qgrpc.Query(nearest=qgrpc.VectorInput(dense=qgrpc.DenseVector(data=np.asarray(vector, np.float32).reshape(-1).tolist()))),
+                with_payload=qgrpc.WithPayloadSelector(include=qgrpc.PayloadIncludeSelector(fields=["key"]))), timeout=timeout)
+
+        live = [gflt is not None and self._exists(self._name(c)) for c, _ in requests]
+        pending = [query(self._name(c), v, self.page) if ok else None for (c, v), ok in zip(requests, live)]
+        out = []
+        for (collection, vector), future in zip(requests, pending):
+            if future is None:
+                out.append((np.zeros(0, np.int64), np.zeros(0)))
+                continue
+            hits = future.result().result
+            if len(hits) >= self.page:  # a full page: count, and ask for all of them
+                count = self._connection().count(self._name(collection), count_filter=flt, exact=True).count
+                hits = query(self._name(collection), vector, max(count, 1)).result().result
+            out.append((np.fromiter((h.payload["key"].integer_value for h in hits), dtype=np.int64, count=len(hits)),
+                        np.fromiter((h.score for h in hits), dtype=float, count=len(hits))))
+        return out
 
     def search(self, collection: Collection, vector: np.ndarray, boundary: Boundary, k: int) -> list[Hit]:
         with self._translate("searching vectors"):
@@ -187,11 +200,17 @@ class QdrantVectorStore(QdrantViewBase):
         return hits
 
     def score_units(self, collection: Collection, vector: np.ndarray, boundary: Boundary) -> tuple[np.ndarray, np.ndarray]:
+        return self.score_units_many([(collection, vector)], boundary)[0]
+
+    def score_units_many(self, requests: list[tuple[Collection, np.ndarray]], boundary: Boundary) -> list[tuple[np.ndarray, np.ndarray]]:
         with self._translate("scoring vectors"):
             if (stub := grpc_points(self._connection())) is not None:
-                return self._score_all_grpc(stub, collection, vector, boundary)
-            points = self._query(collection, vector, boundary, None, ["key"])
-        return np.asarray([p.payload["key"] for p in points], dtype=np.int64), np.asarray([p.score for p in points], dtype=float)
+                return self._score_all_grpc(stub, requests, boundary)
+            out = []
+            for collection, vector in requests:  # REST and local mode: one after the other
+                points = self._query(collection, vector, boundary, None, ["key"])
+                out.append((np.asarray([p.payload["key"] for p in points], dtype=np.int64), np.asarray([p.score for p in points], dtype=float)))
+            return out
 
     def vectors(self, collection: Collection, tenant_id: str, point_ids: list[str]) -> dict[str, np.ndarray]:
         name = self._name(collection)

@@ -167,6 +167,9 @@ class SqliteVectorStore(SqliteViewBase):
         hits.sort(key=lambda h: (-h.score, h.unit_id))
         return hits[:k]
 
+    def score_units_many(self, requests: list[tuple[Collection, np.ndarray]], boundary: Boundary) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [self.score_units(collection, vector, boundary) for collection, vector in requests]  # in memory: nothing to overlap
+
     def score_units(self, collection: Collection, vector: np.ndarray, boundary: Boundary) -> tuple[np.ndarray, np.ndarray]:
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
         parts = [(m, _mask(m, boundary)) for m in self._matrices(collection, boundary) if m.ids]

@@ -235,10 +235,23 @@ class QueryContext:
                 self._cache[key] = np.full(0, -1.0)
         return self._cache[key]
 
+    def prefetch_dense(self, kinds: list[str], vector: np.ndarray | None = None) -> None:
+        """Score several unit kinds against the question (or `vector`) in one round of the dense
+        view (a server has them in flight together), for a strategy that knows it will read
+        them; dense() and sentence_relevance() then find them here."""
+        vkey = None if vector is None else vector.tobytes()
+        todo = [k for k in dict.fromkeys(kinds) if ("dense-raw", k, vkey) not in self._cache]
+        if len(todo) < 2:
+            return  # one read gains nothing from a batch; dense() makes it when it is needed
+        q = self.qvec if vector is None else vector
+        with self.timed("dense"):
+            got = self.store("dense").score_units_many([(k, q) for k in todo], self.boundary)
+        self._cache.update({("dense-raw", k, vkey): r for k, r in zip(todo, got)})
+
     def sentence_relevance(self, sentence_keys: KeyIndex) -> np.ndarray:
         """Cosine of the question to each sentence of `sentence_keys` (0 for sentences the dense
         view does not hold)."""
-        key = ("sentences",)
+        key = ("dense-raw", "sentence", None)
         if key not in self._cache:
             with self.timed("dense"):
                 self._cache[key] = self.store("dense").score_units("sentence", self.qvec, self.boundary)

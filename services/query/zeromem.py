@@ -509,6 +509,23 @@ class ZeroMem:
         self.ctx.bm25_all()
         self.lexcov, self.compat, self.label_flags, self.keyword_nodes
 
+    def _prefetch_dense(self, mode: str) -> None:
+        """The dense reads this mode's views will make, in two rounds (the question's vector,
+        then the feedback vector, which needs the first round's turns): on a server they are in
+        flight together instead of one after the other."""
+        cfg, c = self.cfg, self.corpus
+        kinds = ["turn"]
+        if mode != "graph-only":
+            if any(cfg.w_windows) and any(level.units for level in c.windows.values()):
+                kinds.append("window")
+            if cfg.w_episode and c.episodes.units:
+                kinds.append("episode")
+        if mode != "hierarchy-only" and cfg.propagation_steps:
+            kinds.append("sentence")
+        self.ctx.prefetch_dense(kinds)
+        if cfg.prf_weight and mode != "graph-only":
+            self.ctx.prefetch_dense([k for k in kinds if k != "sentence"], self.prf_vector)
+
     def scores(self, mode: str = "zero-mem") -> tuple[np.ndarray, dict[int, float], np.ndarray]:
         """(fused score, closure bonuses, calibrated score) per turn."""
         if mode not in MODES:
@@ -516,6 +533,7 @@ class ZeroMem:
         self.ctx.prefetch_question()
         self._vector_free_signals()
         self.entity_vectors  # the question's and its entities' vectors, from the one forward pass
+        self._prefetch_dense(mode)
         fused = self.fused(mode)
         bonus = {} if mode == "no-closure" else self.closure(_order(fused).tolist(), mode)
         with self.ctx.timed("calibration"):

@@ -337,6 +337,9 @@ def check_vectors(store, ex: Example) -> None:
             keys = lambda x: [unit_key(i) for i in ids(x)]
             got, scores = store.score_units(col, q, b)
             only_own(f"score_units({col}, {b})", got.tolist(), ex.own(t, keys), ex.foreign(t, keys), {unit_key(i) for i in expected})
+            [(got, _), (again, _)] = store.score_units_many([(col, q), (col, -q)], b)  # several reads in flight together
+            for what, g in (("", got), (" second", again)):
+                only_own(f"score_units_many({col}, {b}){what}", g.tolist(), ex.own(t, keys), ex.foreign(t, keys), {unit_key(i) for i in expected})
             only_own(f"search({col}, {b})", [h.unit_id for h in store.search(col, q, b, 1_000)], ex.own(t, ids), ex.foreign(t, ids), expected)
             only_own(f"vectors({col})", store.vectors(col, t, [i for x in ex.tenants for i in ids(x)]), ex.own(t, ids), ex.foreign(t, ids),
                      ex.own(t, ids))
@@ -454,6 +457,9 @@ class TenantBlind:
     def score_units(self, kind, query, boundary, *limit):
         parts = [self.inner.score_units(kind, query, b, *limit) for b in self._each(boundary)]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def score_units_many(self, requests, boundary):
+        return [self.score_units(kind, query, boundary) for kind, query in requests]
 
     def personalized_pagerank(self, boundary, reset, damping, **kw):
         return {c: s for b in self._each(boundary) for c, s in self.inner.personalized_pagerank(b, reset, damping, **kw).items()}

@@ -103,6 +103,15 @@ def test_score_units_scores_every_admissible_point_by_its_key(store, page):
         assert abs(s - want[k]) < 1e-5
     keys, _ = store.score_units("turn", q, Boundary("t1", ("nothing-here",)))
     assert len(keys) == 0
+    # Several reads at once (a server adapter has them in flight together): each as if alone, in
+    # order, a collection nobody wrote to included.
+    requests = [("turn", q), ("window", unit_vector(1)), ("episode", q), ("turn", unit_vector(5))]
+    many = store.score_units_many(requests, Boundary("t1", ("c1",)))
+    assert len(many) == len(requests)
+    for (collection, vector), (k, s) in zip(requests, many):
+        alone = store.score_units(collection, vector, Boundary("t1", ("c1",)))
+        assert dict(zip(k.tolist(), s.tolist())) == pytest.approx(dict(zip(alone[0].tolist(), alone[1].tolist())), abs=1e-6)
+    assert len(many[1][0]) == 1 and len(many[2][0]) == 0  # the one window point; no episode collection at all
 
 
 def test_collections_boundaries_and_tenants_are_separate(store):
