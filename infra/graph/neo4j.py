@@ -600,6 +600,12 @@ class Neo4jGraphStore:
     def _versions(self, b: Boundary) -> tuple:
         """The boundary's conversation versions: any write to it changes them (read once per
         request: every boundary-wide read keys its cache on them)."""
+        if b.conversation_ids is not None and len(b.conversation_ids) == 1:
+            # A question's usual boundary: the same read as conversation_version, which the query
+            # also makes (type flags), so one round trip serves both.
+            (conv,) = b.conversation_ids
+            version = self.conversation_version(b.tenant_id, conv)
+            return ((conv, version),) if version else ()
         _, params = _scope(b)
         return tuple((r["c"], r["v"]) for r in self._query(
             "reading conversation versions",
