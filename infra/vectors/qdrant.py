@@ -39,6 +39,7 @@ _BATCH = 256
 # full (a boundary holds hundreds to thousands of points): no count round trip per read. A larger
 # limit costs Qdrant nothing measurable up to ~100k (the heap is sized by the hits, not the limit).
 _ALL = 65_536
+_KEY_MEMO = 250_000  # point id -> unit key pairs kept (~40 MB at most; cleared when full): ~100 conversations' points
 _POINT_INDEXES = {
     **{name: models.PayloadSchemaType.KEYWORD for name in ("tenant_id", "conversation_id", "session_id", "agent_id", "owner_id")},
     "occurred_from": models.PayloadSchemaType.INTEGER, "occurred_to": models.PayloadSchemaType.INTEGER,
@@ -66,6 +67,7 @@ class QdrantVectorStore(QdrantViewBase):
         super().__init__(location, prefix, generation, sealer=sealer)
         self.exact = exact
         self.page = _ALL  # points asked for before counting (a test lowers it to reach the counted path)
+        self._key_of: dict[str, int] = {}  # point id (uuid) -> unit key: _keyed
 
     def _name(self, collection: Collection) -> str:
         return f"{self.base}-{collection}"
@@ -175,7 +177,7 @@ class QdrantVectorStore(QdrantViewBase):
             return stub.Query.future(qgrpc.QueryPoints(
                 collection_name=name, filter=gflt, params=qgrpc.SearchParams(exact=self.exact), limit=limit,
                 query=qgrpc.Query(nearest=qgrpc.VectorInput(dense=qgrpc.DenseVector(data=np.asarray(vector, np.float32).reshape(-1).tolist()))),
-                with_payload=qgrpc.WithPayloadSelector(include=qgrpc.PayloadIncludeSelector(fields=["key"]))), timeout=timeout)
+                with_payload=qgrpc.WithPayloadSelector(enable=False)), timeout=timeout)
 
         live = [gflt is not None and self._exists(self._name(c)) for c, _ in requests]
         pending = [query(self._name(c), v, self.page) if ok else None for (c, v), ok in zip(requests, live)]
@@ -188,9 +190,26 @@ class QdrantVectorStore(QdrantViewBase):
             if len(hits) >= self.page:  # a full page: count, and ask for all of them
                 count = self._connection().count(self._name(collection), count_filter=flt, exact=True).count
                 hits = query(self._name(collection), vector, max(count, 1)).result().result
-            out.append((np.fromiter((h.payload["key"].integer_value for h in hits), dtype=np.int64, count=len(hits)),
-                        np.fromiter((h.score for h in hits), dtype=float, count=len(hits))))
+            out.append(self._keyed(self._name(collection), [h.id.uuid for h in hits], [h.score for h in hits]))
         return out
+
+    def _keyed(self, name: str, uuids: list[str], scores: list[float]) -> tuple[np.ndarray, np.ndarray]:
+        """(unit keys, scores) of hits that came back as point ids alone. A point's id and its
+        unit key are both fixed functions of its unit id, so the pairing is remembered for good
+        (bounded); ids not seen before have their `key` payload read once. Reading the payload
+        with every hit was most of the server's time for a boundary (2,000 hits: ~8 of 13 ms)."""
+        memo = self._key_of
+        found = {u: k for u in uuids if (k := memo.get(u)) is not None}
+        missing = [u for u in uuids if u not in found]
+        if missing:
+            fetched = {str(p.id): int(p.payload["key"]) for p in self._connection().retrieve(name, missing, with_payload=["key"])}
+            found.update(fetched)
+            if len(memo) + len(fetched) > _KEY_MEMO:
+                memo.clear()
+            memo.update(fetched)
+        keep = [i for i, u in enumerate(uuids) if u in found]  # a point deleted since it was scored is dropped
+        return (np.fromiter((found[uuids[i]] for i in keep), dtype=np.int64, count=len(keep)),
+                np.fromiter((scores[i] for i in keep), dtype=float, count=len(keep)))
 
     def search(self, collection: Collection, vector: np.ndarray, boundary: Boundary, k: int) -> list[Hit]:
         with self._translate("searching vectors"):
