@@ -16,7 +16,10 @@ them; after `resume` the catch-up timer reads the gap from the log.
 
 A timer also catches the view up straight from the log whenever it lags and faust delivers
 nothing (e.g. the group's commits ran ahead of a freshly switched generation): positions, not
-the group, are the truth.
+the group, are the truth. It reads only the partitions the group assigned to this worker, and a
+revocation waits for its batch in flight: two members applying one partition at once could
+interleave their writes (a window derived from the session as one saw it overwriting the other's
+newer one). Faust itself waits for the agents' batches before it revokes.
 
 Source topics are created by memstream (retention forever, broker append time) before the app
 starts: faust ignores a source topic that does not exist yet when the worker starts.
@@ -70,6 +73,25 @@ def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *
     )
     source = app.topic(pipeline.config.topic, key_serializer="raw", value_serializer="raw")
     ready = asyncio.Event()
+    owned: set[int] = set()  # the source topic's partitions the group assigned to this worker
+    fence = asyncio.Lock()  # held by a catch-up batch; a revocation (and the shutdown) waits for it
+
+    @app.on_partitions_assigned.connect
+    async def _assigned(app, assigned, **_) -> None:  # noqa: ARG001
+        async with fence:
+            owned.clear()
+            owned.update(tp.partition for tp in assigned if tp.topic == pipeline.config.topic)
+
+    @app.on_partitions_revoked.connect
+    async def _revoked(app, revoked, **_) -> None:  # noqa: ARG001
+        async with fence:
+            owned.difference_update(tp.partition for tp in revoked if tp.topic == pipeline.config.topic)
+
+    @app.on_before_shutdown.connect
+    async def _close(app, **_) -> None:  # noqa: ARG001
+        async with fence:  # (faust sends no revocation when it stops)
+            owned.clear()
+            await pipeline.close()
 
     @app.task
     async def open_views() -> None:
@@ -129,8 +151,11 @@ def build_app(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, *
             try:
                 runner = await pipeline.live_runner(view)
                 runner.commit_group = False
-                while (result := await runner.try_step()) is not None and result.records:  # (an outage: the next tick)
-                    pass
+                while True:  # one batch per fence hold, so a rebalance waits for one batch at most
+                    async with fence:
+                        result = await runner.try_step(partitions=set(owned)) if owned else None
+                    if result is None or not result.records:  # (an outage: the next tick)
+                        break
                 await runner.erase_if_due()  # deferred erasure (streams/runner.py)
             except Exception:  # noqa: BLE001 - logged, tried again at the next tick
                 log.exception("view=%s catch-up failed; retrying at the next catch-up", view)
@@ -156,11 +181,6 @@ def run_worker(pipeline: Pipeline, views: tuple[ViewName, ...], bootstrap: str, 
     """Run until SIGTERM/SIGINT (faust's graceful shutdown), then close the views."""
     import faust
 
-    app = build_app(pipeline, views, bootstrap, **kwargs)
-
-    @app.on_before_shutdown.connect
-    async def _close(app, **_) -> None:  # noqa: ARG001
-        await pipeline.close()
-
+    app = build_app(pipeline, views, bootstrap, **kwargs)  # (the app closes the pipeline when it stops)
     faust.Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
 

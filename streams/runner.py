@@ -29,7 +29,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Collection, Protocol, Sequence
 
 from schemas import faults
 from schemas.errors import TransientError
@@ -103,13 +103,18 @@ class ProjectionRunner:
             self._positions = await asyncio.to_thread(self.store.positions)
         return dict(self._positions)
 
-    async def step(self, *, patient: bool = True) -> StepResult:
+    async def step(self, *, patient: bool = True, partitions: Collection[int] | None = None) -> StepResult:
         """Pull the next batch from the log (embedded runner), process it, commit the group.
-        `patient=False`: see `try_step`."""
-        positions = await self.positions()
+        `patient=False`: see `try_step`. `partitions`: read only these (the ones a group member
+        owns); their positions are re-read from the store, since another member may have
+        advanced them while they were assigned elsewhere."""
+        async with self._lock:
+            if partitions is not None:
+                self._positions = None
+            positions = await self.positions()
         end = await self.log.end_offsets(self.topic)
         records: list[LogRecord] = []
-        for p in sorted(end):
+        for p in sorted(end if partitions is None else set(end) & set(partitions)):
             start = positions.get(p, 0)
             if start < end[p]:
                 records.extend(await self.log.read(self.topic, p, start, max_records=self.batch_size))
@@ -236,12 +241,12 @@ class ProjectionRunner:
         self._outage_backoff = 0.5
         return True
 
-    async def try_step(self) -> StepResult | None:
+    async def try_step(self, partitions: Collection[int] | None = None) -> StepResult | None:
         """`step` without waiting out an outage (None: skipped or failed; see `try_process`)."""
         if not self.available():
             return None
         try:
-            result = await self.step(patient=False)
+            result = await self.step(patient=False, partitions=partitions)
         except TransientError as exc:
             self._outage(exc)
             return None
