@@ -225,20 +225,24 @@ class QueryContext:
         if key not in self._cache:
             positions = self._keys(kind, level)
             if len(positions):
-                raw = ("dense-raw", kind, vkey)
-                if raw not in self._cache:
-                    q = self.qvec if vector is None else vector
-                    with self.timed("dense"):
-                        self._cache[raw] = self.store("dense").score_units(kind, q, self.boundary)
-                self._cache[key] = positions.scatter(*self._cache[raw], fill=-1.0)
+                self._cache[key] = positions.scatter(*self._dense_raw(kind, vector), fill=-1.0)
             else:
                 self._cache[key] = np.full(0, -1.0)
         return self._cache[key]
 
+    def _dense_raw(self, kind: str, vector: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The dense view's (keys, scores) of every `kind` unit for the question (or `vector`):
+        one read per kind and vector in a query (prefetch_dense may have made it already)."""
+        raw = ("dense-raw", kind, None if vector is None else vector.tobytes())
+        if raw not in self._cache:
+            with self.timed("dense"):
+                self._cache[raw] = self.store("dense").score_units(kind, self.qvec if vector is None else vector, self.boundary)
+        return self._cache[raw]
+
     def prefetch_dense(self, kinds: list[str], vector: np.ndarray | None = None) -> None:
         """Score several unit kinds against the question (or `vector`) in one round of the dense
         view (a server has them in flight together), for a strategy that knows it will read
-        them; dense() and sentence_relevance() then find them here."""
+        them; _dense_raw() then finds them here."""
         vkey = None if vector is None else vector.tobytes()
         todo = [k for k in dict.fromkeys(kinds) if ("dense-raw", k, vkey) not in self._cache]
         if len(todo) < 2:
@@ -251,11 +255,7 @@ class QueryContext:
     def sentence_relevance(self, sentence_keys: KeyIndex) -> np.ndarray:
         """Cosine of the question to each sentence of `sentence_keys` (0 for sentences the dense
         view does not hold)."""
-        key = ("dense-raw", "sentence", None)
-        if key not in self._cache:
-            with self.timed("dense"):
-                self._cache[key] = self.store("dense").score_units("sentence", self.qvec, self.boundary)
-        return sentence_keys.scatter(*self._cache[key], fill=0.0)
+        return sentence_keys.scatter(*self._dense_raw("sentence"), fill=0.0)
 
     @cached_property
     def _cache(self) -> dict:
