@@ -2,6 +2,9 @@
 starts its own `memstream serve` on a scratch data directory (the embedded mode, the configured
 models) on a free loopback port, and stops it at the end.
 
+`memstream bench ingest`: the write path's rates and time per stage, in-process
+(services/bench/ingest.py).
+
 `memstream bench scale`: the measured tenants' latency and recall as a store grows with a
 synthetic fleet (services/bench/scale.py, services/bench/fleet.py)."""
 
@@ -67,6 +70,17 @@ def register(sub) -> None:
     c.add_argument("--plot", type=Path, help="write PNG plots here")
     c.set_defaults(func=cmd_scale)
 
+    i = bsub.add_parser("ingest", help="append rate, add -> ready on the LoCoMo dev split with the time per stage, and the models' own "
+                                       "throughput on the same turns (embedded, in-process, scratch directories)")
+    i.add_argument("--locomo", type=Path, default=locomo.DEFAULT_PATH, help="the LoCoMo dev split (default: %(default)s)")
+    i.add_argument("--conversations", help="comma-separated sample ids (default: all of the split)")
+    i.add_argument("--append-events", type=int, default=50_000, help="events for the append rate (default %(default)s)")
+    i.add_argument("--batch-size", type=int, default=256, help="records per projection batch (default %(default)s)")
+    i.add_argument("--no-locomo", action="store_true", help="measure the append rate alone")
+    i.add_argument("--out", type=Path, default=Path("bench-results/ingest.json"))
+    i.add_argument("--plot", type=Path, help="write a PNG plot here")
+    i.set_defaults(func=cmd_ingest)
+
     q = bsub.add_parser("query", help="publish the LoCoMo dev split through the API, then query latency per strategy at 1 and N "
                                       "concurrent clients (client and server p50/p95/p99, stage p50s, recall); loopback only")
     q.add_argument("--url", help="a running memstream serve (loopback), e.g. a distributed deployment's; default: start one on a "
@@ -109,6 +123,30 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
     result = asyncio.run(run(cfg, progress=lambda m: print(m, file=sys.stderr, flush=True), on_point=save))
     print(json.dumps({k: v for k, v in result.items() if k != "points"} | {"p95_ratios": [p["p95_ratio"] for p in result["points"]]}, indent=2))
+    return 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from services.bench.ingest import IngestBenchConfig, plot, run
+    from services.bench.load import write
+
+    if args.append_events < 1 or args.batch_size < 1:
+        raise SystemExit("--append-events and --batch-size: positive numbers")
+    if not args.no_locomo and not args.locomo.exists():
+        raise SystemExit(f"no LoCoMo file at {args.locomo} (--locomo, or --no-locomo for the append rate alone)")
+    wanted = set(args.conversations.split(",")) if args.conversations else None
+    if wanted and not args.no_locomo:
+        unknown = wanted - {s["sample_id"] for s in locomo.load(args.locomo)}
+        if unknown:
+            raise SystemExit(f"--conversations: none of {sorted(unknown)} is in {args.locomo}")
+    cfg = IngestBenchConfig(locomo=None if args.no_locomo else args.locomo, append_events=args.append_events, batch_size=args.batch_size,
+                            conversations=wanted)
+    result = asyncio.run(run(cfg, progress=lambda m: print(m, file=sys.stderr, flush=True)))
+    result["command"] = " ".join(["memstream", *sys.argv[1:]])
+    write(result, args.out)
+    if args.plot:
+        plot(result, args.plot)
+    print(json.dumps({k: v for k, v in result.items() if k != "config"}, indent=2))
     return 0
 
 
