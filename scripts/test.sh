@@ -124,6 +124,7 @@ for server in $SERVERS; do
   esac
 done
 
-# junit.xml: every test's duration, for the time each part of the suite costs.
-.venv/bin/python -m pytest --junitxml=test-artifacts/junit.xml "$@" && rc=0 || rc=$?
+# junit.xml: every test's duration, for the time each part of the suite costs. Faulthandler: a
+# native crash of the test process (one SIGABRT seen in a long run) prints every thread's stack.
+PYTHONFAULTHANDLER=1 .venv/bin/python -m pytest --junitxml=test-artifacts/junit.xml "$@" && rc=0 || rc=$?
 exit "$rc"
