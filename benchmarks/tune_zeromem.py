@@ -8,6 +8,10 @@ then recall on the held-out one. The LOCO figure is the honest estimate of the m
 configuration tuned on all five is printed too (it is what config.py ships, and what
 `memstream eval` measures in-sample). Signals that do not depend on the constants are computed
 once per question (the views are queried through the same ports as in production).
+
+The product's procedure is `memstream eval locomo PATH --loco` (services/eval/loco.py: every
+ablation re-tuned per fold, bootstrap intervals, more metrics); this script is kept for the
+figures quoted with its command and for `--set` experiments.
 """
 
 from __future__ import annotations
@@ -40,34 +44,7 @@ from report import write_report  # noqa: E402
 
 BUDGETS = (10, 25)
 
-GRID: dict[str, list] = {
-    "a_lex": [0.3, 0.4, 0.5, 0.6, 0.7],
-    "w_turn": [0.4, 0.7, 1.0],
-    "w_windows": [(0.5, 0.5), (1.0, 1.0), (1.5, 1.0), (1.0, 1.5), (0.5, 1.0), (1.0, 0.5)],
-    "w_episode": [0.0, 0.25, 0.5, 0.75],
-    "w_neighbour": [0.0, 0.1, 0.2],
-    "h_lexical": [0.0, 0.2, 0.4, 0.6],
-    "h_info": [0.0, 0.2, 0.35, 0.5, 0.7],
-    "prf_weight": [0.0, 0.25],
-    "beta_entities": [0.5, 0.65, 0.8, 0.9],
-    "gamma": [0.6, 0.7, 0.8],
-    "adjacency_weight": [0.5, 1.0, 2.0],
-    "hub_share": [1.0, 0.3, 0.1],
-    "g_lexical": [0.0, 0.2, 0.4],
-    "rho": [0.5, 0.6, 0.7, 0.8],
-    "route": ["local", "rules"],
-    "closure_graph": [0, 3, 5],
-    "closure_bonus": [0.02, 0.05, 0.1],
-    "c_subject": [0.1, 0.2, 0.3],
-    "c_type": [0.1, 0.2, 0.3, 0.4],
-    "c_subject_relational": [0.1, 0.2, 0.3],
-    "c_type_relational": [0.1, 0.2, 0.3],
-    "c_time": [0.2, 0.4, 0.6, 0.8],
-    "c_label": [0.0, 0.1, 0.2, 0.3],
-    "label_min": [0.3, 0.4, 0.5],
-    "lexical_prf_weight": [0.0, 0.2, 0.4],
-    "lexical_prf_types": [("list",), ("list", "description")],
-}
+from services.eval.loco import GRID  # noqa: E402  (one grid for this script and `memstream eval locomo --loco`)
 
 
 class Bench:

@@ -447,6 +447,12 @@ async def cmd_eval(args) -> int:
         raise MemstreamError(f"unknown strategies {unknown}; known: {', '.join(STRATEGIES)}")
     budgets = [int(b) for b in args.budgets.split(",")]
     settings = _settings(args)
+    if args.loco:  # leave-one-conversation-out: services/eval/loco_cli.py
+        from services.eval import loco_cli
+
+        if budgets != [10, 25]:
+            raise MemstreamError("--loco reports the budgets 10 and 25 (its objective); leave --budgets out")
+        return await loco_cli.cmd(args, strategies, settings)
     data_dir = Path(args.data_dir) if args.data_dir else None
     report = await run(Path(args.path), conversations=set(args.conversations.split(",")) if args.conversations else None,
                        strategies=strategies, budgets=budgets, out=Path(args.out) if args.out else None, k=args.k,
@@ -688,6 +694,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--budgets", default="10,25")
     s.add_argument("--k", type=int, default=5, help="primary candidates M(q) before closure")
     s.add_argument("--out", help="write the JSON report here")
+    from services.eval.loco_cli import add_arguments as loco_arguments
+
+    loco_arguments(s)
     s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser("worker", help="run projections as faust-streaming workers on Kafka")

@@ -1,0 +1,293 @@
+"""Leave-one-conversation-out evaluation (issue 18): `memstream eval locomo PATH --loco`.
+
+For each conversation of the split (a fold), every Zero-Mem variant — the full method and each
+ablation, each with its own objective — has its constants chosen by coordinate descent over a
+small grid per constant (GRID; services/query/config.py holds the shipped values) on the *other*
+conversations, and is scored on the held-out one. Those held-out scores, put together, are the
+headline: no question is scored by constants chosen on it. The baselines have no constants; their
+figures are the same in and out of sample. The configuration the same search selects on all the
+conversations is reported too: it is what config.py should ship.
+
+Metrics per question: evidence recall at each budget (the share of gold turns among the first B
+distinct turns), evidence precision at each budget (the share of those B turns that are gold), nDCG@10
+(binary gains) and MRR of the first gold turn within the largest budget (0 when none is in it).
+Every mean comes with a 95 % stratified-bootstrap interval (intervals.py), and every ablation's
+difference to the full method with a paired interval and its verdict.
+
+The per-question signals that do not depend on the constants are computed once (each question's
+QueryContext is kept across configurations), so one configuration over the 760 dev questions
+costs well under a second of scoring.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from schemas.query import SearchRequest
+from services.eval import intervals
+from services.eval.locomo import Question, request
+from services.eval.metrics import CATEGORIES, budget_turns, parse_ref
+from services.query.config import DEFAULT, ZeroMemConfig
+from services.query.context import QueryContext
+from services.query.zeromem import MODES, ZeroMem
+
+BUDGETS = (10, 25)
+NDCG_AT = 10
+OBJECTIVE = ("recall@10", "recall@25")  # what the search maximises: the mean of these two
+
+# The values coordinate descent may try per constant (the shipped value is always a candidate).
+GRID: dict[str, list] = {
+    "a_lex": [0.3, 0.4, 0.5, 0.6, 0.7],
+    "w_turn": [0.4, 0.7, 1.0],
+    "w_windows": [(0.5, 0.5), (1.0, 1.0), (1.5, 1.0), (1.0, 1.5), (0.5, 1.0), (1.0, 0.5)],
+    "w_episode": [0.0, 0.25, 0.5, 0.75],
+    "w_neighbour": [0.0, 0.1, 0.2],
+    "h_lexical": [0.0, 0.2, 0.4, 0.6],
+    "h_info": [0.0, 0.2, 0.35, 0.5, 0.7],
+    "prf_weight": [0.0, 0.25],
+    "beta_entities": [0.5, 0.65, 0.8, 0.9],
+    "gamma": [0.6, 0.7, 0.8],
+    "adjacency_weight": [0.5, 1.0, 2.0],
+    "hub_share": [1.0, 0.3, 0.1],
+    "g_lexical": [0.0, 0.2, 0.4],
+    "rho": [0.5, 0.6, 0.7, 0.8],
+    "route": ["local", "rules"],
+    "closure_graph": [0, 3, 5],
+    "closure_bonus": [0.02, 0.05, 0.1],
+    "c_subject": [0.1, 0.2, 0.3],
+    "c_type": [0.1, 0.2, 0.3, 0.4],
+    "c_subject_relational": [0.1, 0.2, 0.3],
+    "c_type_relational": [0.1, 0.2, 0.3],
+    "c_time": [0.2, 0.4, 0.6, 0.8],
+    "c_label": [0.0, 0.1, 0.2, 0.3],
+    "label_min": [0.3, 0.4, 0.5],
+    "lexical_prf_weight": [0.0, 0.2, 0.4],
+    "lexical_prf_types": [("list",), ("list", "description")],
+}
+
+
+def metric_names(budgets: Sequence[int] = BUDGETS) -> list[str]:
+    return [*(f"recall@{b}" for b in budgets), *(f"precision@{b}" for b in budgets), f"ndcg@{NDCG_AT}", f"mrr@{max(budgets)}"]
+
+
+def rank_metrics(ranking: Sequence[str], gold: set[str], n_gold: int, budgets: Sequence[int] = BUDGETS) -> dict[str, float]:
+    """The per-question metrics of a ranking of distinct turn refs. `n_gold` counts every gold turn
+    of the question, also one the store does not hold (it can never be found: recall's denominator)."""
+    depth = max(max(budgets), NDCG_AT)
+    hits = [r in gold for r in ranking[:depth]]
+    out = {}
+    for b in budgets:
+        found = sum(hits[:b])
+        out[f"recall@{b}"] = found / n_gold if n_gold else 0.0
+        out[f"precision@{b}"] = found / b
+    dcg = sum(1.0 / math.log2(rank + 2) for rank, hit in enumerate(hits[:NDCG_AT]) if hit)
+    ideal = sum(1.0 / math.log2(rank + 2) for rank in range(min(n_gold, NDCG_AT)))
+    out[f"ndcg@{NDCG_AT}"] = dcg / ideal if ideal else 0.0
+    first = next((rank for rank, hit in enumerate(hits[:max(budgets)]) if hit), None)
+    out[f"mrr@{max(budgets)}"] = 0.0 if first is None else 1.0 / (first + 1)
+    return out
+
+
+class QuestionBank:
+    """The questions with their query contexts kept alive (their caches hold the signals), the
+    gold turn refs, and each question's conversation and category as arrays for slicing."""
+
+    def __init__(self, service, views, qs: list[Question], tenant: str, k: int = 5, budgets: Sequence[int] = BUDGETS):
+        self.service, self.views, self.qs, self.tenant, self.k, self.budgets = service, views, qs, tenant, k, tuple(budgets)
+        self.conversations = sorted({q.conversation for q in qs})
+        self.conv_of = np.array([self.conversations.index(q.conversation) for q in qs])
+        self.category = np.array([q.category for q in qs])
+        self.gold = [{f"D{s}:{t}" for s, t in q.gold} for q in qs]
+        self._ctx: list[QueryContext | None] = [None] * len(qs)
+        self._refs: list[list[str] | None] = [None] * len(qs)
+
+    def _context(self, i: int) -> tuple[QueryContext, list[str]]:
+        if self._ctx[i] is None:
+            q = self.qs[i]
+            req = SearchRequest(question=q.question, tenant_id=self.tenant, conversation_id=q.conversation, max_turns=max(self.budgets), k=self.k)
+            boundary = self.service.boundary(req)
+            corpus = self.service.corpora.get(self.views.store("hierarchy"), boundary)
+            self._ctx[i] = QueryContext(req, boundary, corpus, self.views, self.service.encoder, self.service.extractor)
+            refs = []
+            for t in corpus.turns:
+                ref = parse_ref((t.provenance.source_refs or (None,))[0])
+                refs.append(f"D{ref[0]}:{ref[1]}" if ref else f"?{t.unit_id}")
+            self._refs[i] = refs
+        return self._ctx[i], self._refs[i]
+
+    def zero_mem(self, cfg: ZeroMemConfig, mode: str, idx: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-question metrics of a Zero-Mem mode with the constants `cfg`, on the questions `idx`."""
+        names = metric_names(self.budgets)
+        out = {m: np.zeros(len(idx)) for m in names}
+        depth = max(max(self.budgets), NDCG_AT)
+        for j, i in enumerate(idx):
+            ctx, refs = self._context(int(i))
+            order = ZeroMem(ctx, cfg).order(mode)[:depth]
+            for m, v in rank_metrics([refs[p] for p in order.tolist()], self.gold[i], len(self.qs[i].gold), self.budgets).items():
+                out[m][j] = v
+        return out
+
+    def strategy(self, name: str) -> dict[str, np.ndarray]:
+        """Per-question metrics of a strategy as the service answers it (the baselines)."""
+        names = metric_names(self.budgets)
+        out = {m: np.zeros(len(self.qs)) for m in names}
+        depth = max(max(self.budgets), NDCG_AT)
+        for i, q in enumerate(self.qs):
+            resp = self.service.search(request(q, name, self.tenant, depth, self.k))
+            units = [[f"D{r[0]}:{r[1]}" for r in (parse_ref(t.source_ref) for t in e.turns) if r] for e in resp.evidence]
+            for m, v in rank_metrics(budget_turns(units, depth), self.gold[i], len(q.gold), self.budgets).items():
+                out[m][i] = v
+        return out
+
+    def objective(self, cfg: ZeroMemConfig, mode: str, idx: np.ndarray) -> float:
+        r = self.zero_mem(cfg, mode, idx)
+        return float(np.mean([r[m].mean() for m in OBJECTIVE]))
+
+
+@dataclass
+class Search:
+    """Coordinate descent over GRID (or the constants named in `only`)."""
+
+    passes: int = 2
+    only: tuple[str, ...] | None = None
+    tried: int = 0  # configurations scored, over every call
+
+    def grid(self) -> dict[str, list]:
+        return {k: v for k, v in GRID.items() if self.only is None or k in self.only}
+
+    def tune(self, bank: QuestionBank, mode: str, idx: np.ndarray, start: ZeroMemConfig, log: Callable[[str], None]) -> tuple[ZeroMemConfig, float]:
+        best, best_score = start, bank.objective(start, mode, idx)
+        self.tried += 1
+        for p in range(self.passes):
+            improved = False
+            for name, values in self.grid().items():
+                for v in values:
+                    if getattr(best, name) == v:
+                        continue
+                    cand = best.with_(**{name: v})
+                    score = bank.objective(cand, mode, idx)
+                    self.tried += 1
+                    if score > best_score + 1e-6:
+                        best, best_score, improved = cand, score, True
+                        log(f"   {mode} pass {p} {name}={v} -> {score:.4f}")
+            if not improved:
+                break
+        return best, best_score
+
+
+def _changes(cfg: ZeroMemConfig, start: ZeroMemConfig) -> dict:
+    return {k: v for k, v in asdict(cfg).items() if k != "extra" and v != getattr(start, k)}
+
+
+@dataclass
+class LocoConfig:
+    strategies: tuple[str, ...]
+    fold_passes: int = 1
+    global_passes: int = 2
+    only: tuple[str, ...] | None = None
+    resamples: int = intervals.RESAMPLES
+    seed: int = intervals.SEED
+    start: ZeroMemConfig = field(default_factory=lambda: DEFAULT)
+
+
+def _summary(values: dict[str, np.ndarray], bank: QuestionBank, cfg: LocoConfig) -> dict:
+    """{metric: {category: {mean, ci95}}}, "all" first, categories by name."""
+    out = {}
+    for m, v in values.items():
+        row = {"all": intervals.stratified(v, bank.conv_of, resamples=cfg.resamples, seed=cfg.seed).as_dict()}
+        for c, name in CATEGORIES.items():
+            mask = bank.category == c
+            if mask.any():
+                row[name] = intervals.stratified(v[mask], bank.conv_of[mask], resamples=cfg.resamples, seed=cfg.seed).as_dict()
+        out[m] = row
+    return out
+
+
+def _paired(a: dict[str, np.ndarray], b: dict[str, np.ndarray], bank: QuestionBank, cfg: LocoConfig) -> dict:
+    out = {}
+    for m in a:
+        row = {}
+        for label, mask in [("all", np.ones(len(bank.qs), dtype=bool)), *((name, bank.category == c) for c, name in CATEGORIES.items())]:
+            if mask.any():
+                iv = intervals.paired(a[m][mask], b[m][mask], bank.conv_of[mask], resamples=cfg.resamples, seed=cfg.seed)
+                row[label] = {**iv.as_dict(), "verdict": iv.verdict()}
+        out[m] = row
+    return out
+
+
+def evaluate(bank: QuestionBank, cfg: LocoConfig, progress: Callable[[str], None] = print) -> dict:
+    """The LOCO report: per strategy, held-out metrics with intervals and the per-fold figures;
+    per ablation, its paired difference to the full method; the globally selected constants."""
+    t0 = time.perf_counter()
+    search = Search(passes=cfg.fold_passes, only=cfg.only)
+    everything = np.arange(len(bank.qs))
+    held_out: dict[str, dict[str, np.ndarray]] = {}
+    report: dict = {"strategies": {}, "conversations": bank.conversations, "questions": len(bank.qs)}
+    for name in cfg.strategies:
+        if name in MODES:
+            values = {m: np.zeros(len(bank.qs)) for m in metric_names(bank.budgets)}
+            folds = []
+            for c, conv in enumerate(bank.conversations):
+                train, test = np.where(bank.conv_of != c)[0], np.where(bank.conv_of == c)[0]
+                tuned, score = search.tune(bank, name, train, cfg.start, progress)
+                r = bank.zero_mem(tuned, name, test)
+                for m in values:
+                    values[m][test] = r[m]
+                folds.append({"held_out": conv, "questions": len(test), "train_objective": round(score, 4),
+                              "test": {m: round(float(r[m].mean()), 4) for m in OBJECTIVE}, "changes": _changes(tuned, cfg.start)})
+                progress(f"{name}: fold {conv} train {score:.4f} held-out " +
+                         " ".join(f"{m} {r[m].mean():.4f}" for m in OBJECTIVE) + f" ({time.perf_counter() - t0:.0f} s)")
+            entry = {"tuned": True, "folds": folds}
+        else:
+            values = bank.strategy(name)
+            entry = {"tuned": False, "folds": [{"held_out": conv, "questions": int((bank.conv_of == c).sum()),
+                                                 "test": {m: round(float(values[m][bank.conv_of == c].mean()), 4) for m in OBJECTIVE}}
+                                                for c, conv in enumerate(bank.conversations)]}
+            progress(f"{name}: " + " ".join(f"{m} {values[m].mean():.4f}" for m in OBJECTIVE) + " (no constants: in = out of sample)")
+        held_out[name] = values
+        report["strategies"][name] = {**entry, "loco": _summary(values, bank, cfg)}
+    if "zero-mem" in held_out:
+        # zero-mem minus each other strategy on the same questions: for an ablation, what the part it
+        # removes adds; for a baseline, the method's margin over it
+        report["ablations"] = {name: _paired(held_out["zero-mem"], held_out[name], bank, cfg)
+                               for name in cfg.strategies if name != "zero-mem" and name in MODES}
+        report["baselines"] = {name: _paired(held_out["zero-mem"], held_out[name], bank, cfg)
+                               for name in cfg.strategies if name not in MODES}
+        global_search = Search(passes=cfg.global_passes, only=cfg.only)
+        selected, score = global_search.tune(bank, "zero-mem", everything, cfg.start, progress)
+        search.tried += global_search.tried
+        in_sample = bank.zero_mem(selected, "zero-mem", everything)
+        report["selected"] = {"objective": round(score, 4), "changes": _changes(selected, cfg.start),
+                              "config": {k: v for k, v in asdict(selected).items() if k != "extra"},
+                              "in_sample": {m: round(float(v.mean()), 4) for m, v in in_sample.items()}}
+    report["variants_tried"] = search.tried
+    report["procedure"] = {"fold_passes": cfg.fold_passes, "global_passes": cfg.global_passes,
+                           "constants": list(search.grid()), "objective": f"mean of {' and '.join(OBJECTIVE)}",
+                           "bootstrap": {"resamples": cfg.resamples, "seed": cfg.seed, "level": intervals.LEVEL,
+                                         "strata": "conversation (questions resampled within their conversation)"}}
+    report["seconds"] = round(time.perf_counter() - t0, 1)
+    return report
+
+
+def table(report: dict, metrics: Sequence[str] = ("recall@10", "recall@25")) -> str:
+    """The headline: each strategy's held-out mean [95 % interval] per category."""
+    cats = ["all", *CATEGORIES.values()]
+    lines = []
+    for m in metrics:
+        lines.append(f"{m} (leave-one-conversation-out, 95 % stratified-bootstrap intervals)")
+        lines.append(f"{'strategy':<15}" + "".join(f"{c:>22}" for c in cats))
+        for name, s in report["strategies"].items():
+            row = s["loco"][m]
+            lines.append(f"{name:<15}" + "".join(
+                f"{row[c]['mean']:>8.3f} [{row[c]['ci95'][0]:.3f},{row[c]['ci95'][1]:.3f}]" if c in row else f"{'-':>22}" for c in cats))
+        lines.append("")
+    for name, diff in {**(report.get("ablations") or {}), **(report.get("baselines") or {})}.items():
+        cells = ", ".join(f"{m} {diff[m]['all']['mean']:+.4f} [{diff[m]['all']['ci95'][0]:+.4f}, {diff[m]['all']['ci95'][1]:+.4f}] "
+                          f"{diff[m]['all']['verdict']}" for m in metrics)
+        lines.append(f"zero-mem minus {name}: {cells}")
+    return "\n".join(lines)

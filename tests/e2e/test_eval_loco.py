@@ -1,0 +1,59 @@
+"""`memstream eval locomo --loco` (issue 18) on two dev conversations, the declared fast model path
+and two tunable constants: every fold tuned on the other conversation and scored on its own, the
+report's intervals and paired differences in their documented shape, zero LLM tokens. It checks
+the procedure and the output, not the figures (README: those come from the real models)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.e2e.fast_processes import BIN, env
+
+pytestmark = pytest.mark.e2e
+
+CATEGORIES = {"all", "multi-hop", "temporal", "open-domain", "single-hop"}
+METRICS = {"recall@10", "recall@25", "precision@10", "precision@25", "ndcg@10", "mrr@25"}
+
+
+def _eval(tmp_path, *args):
+    return subprocess.run([str(BIN), "eval", "locomo", *args], env={**env(tmp_path / "unused"), "TMPDIR": str(tmp_path)},
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_loco_tunes_each_fold_on_the_other_conversations_and_reports_intervals(tmp_path, locomo):
+    out = tmp_path / "loco.json"
+    run = _eval(tmp_path, str(locomo), "--loco", "--conversations", "conv-26,conv-30", "--strategies", "zero-mem,hierarchy-only,bm25",
+                "--constants", "rho,a_lex", "--resamples", "300", "--out", str(out))
+    assert run.returncode == 0, run.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["conversations"] == ["conv-26", "conv-30"] and r["llm_tokens"] == 0 and r["refused_connections"] == 0
+    assert r["procedure"]["constants"] == ["a_lex", "rho"] and r["procedure"]["bootstrap"]["resamples"] == 300
+    for name, tuned in (("zero-mem", True), ("hierarchy-only", True), ("bm25", False)):
+        s = r["strategies"][name]
+        assert s["tuned"] is tuned and [f["held_out"] for f in s["folds"]] == ["conv-26", "conv-30"]
+        assert set(s["loco"]) == METRICS
+        for row in s["loco"].values():
+            assert set(row) == CATEGORIES
+            for cell in row.values():
+                low, high = cell["ci95"]
+                assert 0.0 <= low <= cell["mean"] <= high <= 1.0
+        # the headline is the held-out questions put together: the question-weighted mean of the folds
+        n = [f["questions"] for f in s["folds"]]
+        folds = sum(f["test"]["recall@10"] * k for f, k in zip(s["folds"], n)) / sum(n)
+        assert s["loco"]["recall@10"]["all"]["mean"] == pytest.approx(folds, abs=1e-3)
+    assert set(r["ablations"]) == {"hierarchy-only"} and set(r["baselines"]) == {"bm25"}
+    graph = r["ablations"]["hierarchy-only"]["recall@25"]["all"]
+    assert graph["verdict"] in {"improvement", "worse", "no measurable effect"} and graph["ci95"][0] <= graph["mean"] <= graph["ci95"][1]
+    assert set(r["selected"]["changes"]) <= {"rho", "a_lex"} and r["variants_tried"] > 3
+    assert "leave-one-conversation-out" in run.stdout and "zero-mem minus hierarchy-only" in run.stdout
+
+
+@pytest.mark.parametrize("args, message", [(("--conversations", "conv-26"), "at least two conversations"),
+                                           (("--constants", "rho,nope"), "unknown ['nope']"),
+                                           (("--budgets", "5,10"), "budgets 10 and 25")])
+def test_loco_refuses_what_it_cannot_do_with_a_clear_error(tmp_path, locomo, args, message):
+    run = _eval(tmp_path, str(locomo), "--loco", "--strategies", "zero-mem", *args)
+    assert run.returncode != 0 and message in run.stderr and "Traceback" not in run.stderr

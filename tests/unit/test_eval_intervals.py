@@ -1,0 +1,69 @@
+"""The LOCO report's arithmetic (issue 18): the stratified bootstrap and the per-question ranking
+metrics, on inputs whose answers are known by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from services.eval import intervals
+from services.eval.loco import rank_metrics
+
+
+def test_resampling_within_conversations_keeps_each_ones_share():
+    # Conversation 0 scores 0 on every question, conversation 1 scores 1: resampled within each,
+    # every resample's mean is exactly 0.5. A bootstrap over all questions at once would spread.
+    values, strata = np.r_[np.zeros(40), np.ones(40)], np.r_[np.zeros(40, int), np.ones(40, int)]
+    iv = intervals.stratified(values, strata, resamples=2000)
+    assert (iv.mean, iv.low, iv.high) == (0.5, 0.5, 0.5)
+    rng = np.random.default_rng(0)
+    pooled = [values[rng.integers(0, 80, 80)].mean() for _ in range(2000)]
+    assert np.percentile(pooled, 97.5) - np.percentile(pooled, 2.5) > 0.1
+
+
+def test_an_interval_covers_the_mean_is_reproducible_and_narrows_with_more_questions():
+    rng = np.random.default_rng(1)
+    small, large = rng.random(50), rng.random(2000)
+    a = intervals.stratified(small, np.zeros(50, int))
+    assert a.low < a.mean < a.high and a == intervals.stratified(small, np.zeros(50, int))
+    b = intervals.stratified(large, np.arange(2000) % 5)
+    assert (b.high - b.low) < (a.high - a.low) / 3
+    assert b.low < 0.5 < b.high  # uniform(0, 1): the true mean is inside
+
+
+def test_paired_differences_give_their_verdicts():
+    strata = np.arange(300) % 3
+    rng = np.random.default_rng(2)
+    base = rng.random(300)
+    same = intervals.paired(base, base, strata)
+    assert (same.mean, same.low, same.high) == (0.0, 0.0, 0.0) and same.verdict() == "no measurable effect"
+    assert intervals.paired(base + 0.05, base, strata).verdict() == "improvement"
+    assert intervals.paired(base - 0.05, base, strata).verdict() == "worse"
+    noisy = intervals.paired(base + rng.normal(0, 0.3, 300), base, strata)
+    assert noisy.verdict() == "no measurable effect" and noisy.low < 0 < noisy.high
+
+
+def test_bad_shapes_are_refused():
+    with pytest.raises(ValueError, match="one length"):
+        intervals.stratified([1.0, 2.0], [0])
+    with pytest.raises(ValueError, match="one shape"):
+        intervals.paired([1.0, 2.0], [1.0], [0, 0])
+    with pytest.raises(ValueError, match="no values"):
+        intervals.stratified([], [])
+
+
+def test_rank_metrics_by_hand():
+    ranking = [f"t{i}" for i in range(30)]
+    gold = {"t1", "t12", "t99"}  # t99 is never retrieved: it still counts in recall's denominator
+    m = rank_metrics(ranking, gold, n_gold=3)
+    assert m["recall@10"] == pytest.approx(1 / 3) and m["recall@25"] == pytest.approx(2 / 3)
+    assert m["precision@10"] == pytest.approx(1 / 10) and m["precision@25"] == pytest.approx(2 / 25)
+    assert m["mrr@25"] == pytest.approx(1 / 2)
+    ideal = 1 + 1 / math.log2(3) + 1 / math.log2(4)
+    assert m["ndcg@10"] == pytest.approx((1 / math.log2(3)) / ideal)
+    none = rank_metrics(ranking, {"t40"}, n_gold=1)
+    assert all(v == 0.0 for v in none.values())
+    perfect = rank_metrics(["a", "b"] + ranking, {"a", "b"}, n_gold=2)
+    assert perfect["ndcg@10"] == pytest.approx(1.0) and perfect["mrr@25"] == 1.0 and perfect["recall@10"] == 1.0
