@@ -291,3 +291,43 @@ def table(report: dict, metrics: Sequence[str] = ("recall@10", "recall@25")) -> 
                           f"{diff[m]['all']['verdict']}" for m in metrics)
         lines.append(f"zero-mem minus {name}: {cells}")
     return "\n".join(lines)
+
+
+def markdown(report: dict) -> str:
+    """README tables of a LOCO report: held-out recall per category with intervals, the other
+    metrics, the paired differences, and the per-fold figures."""
+    cats = ["all", *CATEGORIES.values()]
+    ci = lambda d: f"{d['mean']:.3f} [{d['ci95'][0]:.3f}, {d['ci95'][1]:.3f}]"  # noqa: E731
+    diff = lambda d: f"{d['mean'] * 100:+.1f} [{d['ci95'][0] * 100:+.1f}, {d['ci95'][1] * 100:+.1f}]"  # noqa: E731
+    out = []
+    for m in ("recall@10", "recall@25"):
+        out += [f"**{m}**, held out (mean [95 % interval]):", "",
+                "| strategy | " + " | ".join(cats) + " |", "|---" * (len(cats) + 1) + "|"]
+        for name, s in report["strategies"].items():
+            row = s["loco"][m]
+            out.append(f"| `{name}` | " + " | ".join(ci(row[c]) if c in row else "–" for c in cats) + " |")
+        out.append("")
+    others = [m for m in next(iter(report["strategies"].values()))["loco"] if not m.startswith("recall@")]
+    out += ["Ranking quality beside recall (all questions, held out):", "",
+            "| strategy | " + " | ".join(others) + " |", "|---" * (len(others) + 1) + "|"]
+    for name, s in report["strategies"].items():
+        out.append(f"| `{name}` | " + " | ".join(ci(s["loco"][m]["all"]) for m in others) + " |")
+    out.append("")
+    pairs = {**(report.get("ablations") or {}), **(report.get("baselines") or {})}
+    if pairs:
+        out += ["`zero-mem` minus each strategy, paired on the same questions, points [95 % interval]:", "",
+                "| minus | recall@10 | verdict | recall@25 | verdict | multi-hop @10 / @25 | open-domain @10 / @25 |", "|---" * 7 + "|"]
+        for name, d in pairs.items():
+            out.append(f"| `{name}` | {diff(d['recall@10']['all'])} | {d['recall@10']['all']['verdict']} | {diff(d['recall@25']['all'])} | "
+                       f"{d['recall@25']['all']['verdict']} | {diff(d['recall@10']['multi-hop'])} / {diff(d['recall@25']['multi-hop'])} | "
+                       f"{diff(d['recall@10']['open-domain'])} / {diff(d['recall@25']['open-domain'])} |")
+        out.append("")
+    tuned = {n: s for n, s in report["strategies"].items() if s.get("tuned")}
+    if tuned:
+        convs = report["conversations"]
+        out += ["Per fold (held-out conversation: recall@10 / recall@25):", "",
+                "| strategy | " + " | ".join(convs) + " |", "|---" * (len(convs) + 1) + "|"]
+        for name, s in tuned.items():
+            out.append(f"| `{name}` | " + " | ".join(f"{f['test']['recall@10']:.3f} / {f['test']['recall@25']:.3f}" for f in s["folds"]) + " |")
+        out.append("")
+    return "\n".join(out)

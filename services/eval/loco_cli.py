@@ -15,7 +15,7 @@ from infra.settings import Settings
 from schemas.errors import MemstreamError
 from services.eval import intervals
 from services.eval.locomo import allowed_addresses, ingest, questions
-from services.eval.loco import GRID, LocoConfig, QuestionBank, evaluate, table
+from services.eval.loco import GRID, LocoConfig, QuestionBank, evaluate, markdown, table
 from services.eval.zero_tokens import CountingReader, refuse_outbound
 from streams.sources import locomo
 
@@ -32,6 +32,7 @@ def add_arguments(s) -> None:
     g.add_argument("--constants", help=f"tune only these constants, comma-separated (default: all of {len(GRID)})")
     g.add_argument("--resamples", type=int, default=intervals.RESAMPLES, help="bootstrap resamples (default %(default)s)")
     g.add_argument("--seed", type=int, default=intervals.SEED, help="bootstrap seed (default %(default)s)")
+    g.add_argument("--markdown", help="also write the report's tables as Markdown here (README's retrieval section)")
 
 
 def check(args, strategies: list[str]) -> LocoConfig:
@@ -88,6 +89,8 @@ async def cmd(args, strategies: list[str], settings: Settings) -> int:
                        k=args.k, settings=settings, data_dir=Path(args.data_dir) if getattr(args, "data_dir", None) else None,
                        out=Path(args.out) if args.out else None)
     print(table(report))
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(report) + "\n")
     sel = report.get("selected")
     if sel:
         print(f"\nconstants selected on every conversation: {sel['changes'] or 'the shipped ones, unchanged'} "

@@ -26,7 +26,7 @@ def _eval(tmp_path, *args):
 def test_loco_tunes_each_fold_on_the_other_conversations_and_reports_intervals(tmp_path, locomo):
     out = tmp_path / "loco.json"
     run = _eval(tmp_path, str(locomo), "--loco", "--conversations", "conv-26,conv-30", "--strategies", "zero-mem,hierarchy-only,bm25",
-                "--constants", "rho,a_lex", "--resamples", "300", "--out", str(out))
+                "--constants", "rho,a_lex", "--resamples", "300", "--out", str(out), "--markdown", str(tmp_path / "loco.md"))
     assert run.returncode == 0, run.stderr[-3000:]
     r = json.loads(out.read_text())
     assert r["conversations"] == ["conv-26", "conv-30"] and r["llm_tokens"] == 0 and r["refused_connections"] == 0
@@ -49,6 +49,10 @@ def test_loco_tunes_each_fold_on_the_other_conversations_and_reports_intervals(t
     assert graph["verdict"] in {"improvement", "worse", "no measurable effect"} and graph["ci95"][0] <= graph["mean"] <= graph["ci95"][1]
     assert set(r["selected"]["changes"]) <= {"rho", "a_lex"} and r["variants_tried"] > 3
     assert "leave-one-conversation-out" in run.stdout and "zero-mem minus hierarchy-only" in run.stdout
+    md = (tmp_path / "loco.md").read_text()
+    held = r["strategies"]["zero-mem"]["loco"]["recall@25"]["all"]
+    assert f"| `zero-mem` | {held['mean']:.3f} [{held['ci95'][0]:.3f}, {held['ci95'][1]:.3f}]" in md
+    assert md.count("| `hierarchy-only` |") == 5  # recall@10, recall@25, ranking quality, paired difference, per fold
 
 
 @pytest.mark.parametrize("args, message", [(("--conversations", "conv-26"), "at least two conversations"),
