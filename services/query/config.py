@@ -1,8 +1,10 @@
 """Every tuned constant of the Zero-Mem query service, in one place.
 
-Values were chosen on the LoCoMo dev split by leave-one-conversation-out (tune on four
-conversations, check on the fifth); README "Retrieval quality" gives the figures that justify
-them and the command that reproduces them. The paper's own constants are noted where it gives
+Values are the ones `memstream eval locomo PATH --loco` selects on all five LoCoMo dev
+conversations (services/eval/loco.py: coordinate descent over its GRID); the headline figure for
+them is the same procedure's leave-one-conversation-out estimate (tune on four conversations,
+score the fifth, every fold). README "Retrieval on the LoCoMo dev split" gives both, with
+intervals, and the command. The paper's own constants are noted where it gives
 them (rho = gamma = 0.6, K = 5).
 """
 

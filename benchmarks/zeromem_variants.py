@@ -1,0 +1,216 @@
+"""In-sample screen of Zero-Mem design variants that are not constants of config.py (issue 18).
+
+    .venv/bin/python benchmarks/zeromem_variants.py --data-dir DIR [--variants noun,closure,...]
+
+Each variant changes one computation of services/query/zeromem.py (a subclass here, not in the
+product) and is scored over a few settings on the 760 dev questions with the shipped constants, in
+sample, beside the shipped method in the same process. It is a screen: a variant that does not
+lift both budgets in-sample is not worth a held-out run; one that does goes into the product as
+a constant in services/eval/loco.py's GRID and is judged by `memstream eval locomo --loco`.
+README "Retrieval" quotes this script's output. DIR keeps the ingested split between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from itertools import compress
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from infra.registry import Registry  # noqa: E402
+from infra.settings import Settings  # noqa: E402
+from schemas.keyindex import KeyIndex  # noqa: E402
+from schemas.text import split_sentences  # noqa: E402
+from schemas.units import sentence_id, unit_key  # noqa: E402
+from services.eval import loco  # noqa: E402
+from services.eval.locomo import ingest, questions  # noqa: E402
+from services.eval.metrics import CATEGORIES  # noqa: E402
+from services.query import zeromem as zm  # noqa: E402
+from services.query.config import DEFAULT  # noqa: E402
+from streams.sources import locomo  # noqa: E402
+
+SETTING: dict = {}  # the variant's current setting, read by the subclass below
+
+
+class Variant(zm.ZeroMem):
+    """The shipped method plus every variant's hook; SETTING selects one (empty: the shipped method)."""
+
+    def _extra(self, name: str, compute):
+        key = ("variant", name, tuple(sorted((k, str(v)) for k, v in SETTING.items())), repr(self.cfg))
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
+
+    # noun: the asked-for noun's own vector as a second dense query over turns
+    # sentence: each turn's best sentence cosine added to the hierarchy view
+    @property
+    def hierarchy(self):
+        base = self._memo("hierarchy", self.HIERARCHY_FIELDS, self._hierarchy)
+        if "noun" in SETTING and self.profile.noun is not None:
+            vec = np.asarray(zm._word_vector(self.ctx.encoder, self.profile.noun), dtype=np.float32)
+            return base + SETTING["noun"] * self._extra("noun", lambda: zm.mm(self.ctx.dense("turn", None, vec)))
+        if "sentence" in SETTING:
+            return base + SETTING["sentence"] * self._extra("sentence", self._sentence_max)
+        return base
+
+    def _sentence_max(self) -> np.ndarray:
+        keys, owner = [], []
+        for i, t in enumerate(self.corpus.turns):
+            for j in range(len(split_sentences(t.text))):
+                keys.append(unit_key(sentence_id(t.unit_id, j)))
+                owner.append(i)
+        s = KeyIndex(keys).scatter(*self.ctx._dense_raw("sentence"), fill=-1.0)
+        out = np.full(self.n, -1.0)
+        np.maximum.at(out, np.array(owner, dtype=np.int64), s)
+        return zm.mm(out)
+
+    # prior: the walk's context priors from the hierarchy view instead of the dense one
+    @property
+    def graph_scores(self):
+        if "prior" not in SETTING:
+            return super().graph_scores
+        return self._extra("prior", self._hierarchy_prior_walk)
+
+    def _hierarchy_prior_walk(self):
+        cfg, eta = self.cfg, self.activations
+        ids, act = self._propagate(eta) if eta else ([], np.zeros(0))
+        total = float(act.sum())
+        keep = act > 0
+        reset = dict(zip(compress(ids, keep.tolist()), (cfg.beta_entities * act[keep] / total).tolist())) if total else {}
+        h = self.hierarchy
+        top = np.argsort(-h, kind="stable")[: cfg.prior_top]
+        prior = np.clip(h[top] - h[top].min() + 1e-3, 1e-6, None)
+        for i, w in zip(top, prior / prior.sum()):
+            tid = self.corpus.turns[i].unit_id
+            reset[tid] = reset.get(tid, 0.0) + (1 - cfg.beta_entities) * float(w)
+        pi = self.ctx.store("graph").personalized_pagerank(self.ctx.boundary, reset, cfg.gamma, adjacency_weight=cfg.adjacency_weight,
+                                                         max_share=cfg.hub_share, max_iterations=cfg.ppr_iterations)
+        return self._on_corpus(pi)
+
+    # degree: PPR divided by context degree^d; transform: PPR fused by another normalisation;
+    # focus: query-relevant sentences that mention activated entities, as a graph-view term
+    @property
+    def graph(self):
+        s = self.graph_scores
+        if s is None:
+            return zm.mm(self.ctx.dense("turn"))
+        if "degree" in SETTING:
+            s = s / self._extra("degree", self._degree) ** SETTING["degree"]
+        g = _transform(s, SETTING.get("transform", "minmax")) + self.cfg.g_lexical * self.lexcov
+        if "focus" in SETTING:
+            g = g + SETTING["focus"] * self._extra("focus", self._focus)
+        return g
+
+    def _degree(self) -> np.ndarray:
+        mentions = self.ctx.store("graph").context_mentions(self.ctx.boundary)
+        return np.array([len(mentions.get(t, ())) + 2.0 for t in zm._turn_arrays(self.corpus).ids])
+
+    def _focus(self) -> np.ndarray:
+        out = np.zeros(self.n)
+        inc = self.ctx.store("graph").sentence_incidence(self.ctx.boundary)
+        if self.activations and inc.sentence_ids:
+            w = np.maximum(self.ctx.sentence_relevance(inc.keys), 0.0)
+            ids, act = self._propagate(self.activations)
+            a = np.zeros(len(inc.entity_ids))
+            for e, v in zip(ids, act.tolist()):
+                if e in inc.entity_index:
+                    a[inc.entity_index[e]] = v
+            s = w * ((inc.matrix @ a) > 0)
+            pos = {t: i for i, t in enumerate(zm._turn_arrays(self.corpus).ids)}
+            owner = np.array([pos.get(c, -1) for c in inc.context_ids])
+            np.maximum.at(out, owner[owner >= 0], s[owner >= 0])
+        return zm.mm(out)
+
+
+def _transform(s: np.ndarray, how: str) -> np.ndarray:
+    if how == "minmax":
+        return zm.mm(s)
+    if how.startswith("pow"):
+        return zm.mm(np.power(np.maximum(s, 0.0), float(how[3:])))
+    if how == "log":
+        return zm.mm(np.log(np.maximum(s, 0.0) + 1e-6))
+    if how == "rank":
+        r = np.empty(len(s))
+        r[np.argsort(-s, kind="stable")] = np.arange(len(s))
+        return 1.0 / (1.0 + r / 10.0)
+    if how == "z":
+        return zm.mm(np.clip((s - s.mean()) / (s.std() + 1e-12), -3, 3))
+    raise ValueError(how)
+
+
+RETUNED_HIERARCHY = dict(a_lex=0.5, w_turn=1.0, w_windows=(1.0, 1.0))  # what hierarchy-only picks in every LOCO fold
+
+# variant -> [(label, SETTING, config changes, mode)]
+VARIANTS: dict[str, list] = {
+    "noun": [(f"noun {w}", {"noun": w}, {}, "zero-mem") for w in (0.1, 0.2, 0.3, 0.5, 0.8)],
+    "closure": [(f"closure top {t} bridges {g} bonus {b}", {}, dict(closure_top=t, closure_graph=g, closure_bonus=b), "zero-mem")
+                for t in (2, 3, 5) for g in (3, 5, 10) for b in (0.05, 0.1)]
+               + [(f"closure neighbours 1 bonus {b}", {}, dict(closure_neighbours=1, neighbour_bonus=b), "zero-mem") for b in (0.02, 0.05)],
+    "sentence": [(f"sentence {w} ({mode})", {"sentence": w}, {}, mode) for mode in ("zero-mem", "hierarchy-only")
+                 for w in (0.1, 0.2, 0.4, 0.7, 1.0)],
+    "degree": [(f"degree^{d}", {"degree": d}, {}, "zero-mem") for d in (0.25, 0.5, 0.75, 1.0)],
+    "prior": [(f"hierarchy prior beta {b} top {t} rho {r}", {"prior": 1}, dict(beta_entities=b, prior_top=t, rho=r), "zero-mem")
+              for b in (0.9, 0.8, 0.65, 0.5, 0.3) for t in (10, 20) for r in (0.6, 0.5)],
+    "focus": [(f"focus {w}", {"focus": w}, {}, "zero-mem") for w in (0.25, 0.5, 1.0, 2.0)],
+    "transform": [(f"{how} rho {r}{' retuned hierarchy' if h else ''}", {"transform": how}, dict(rho=r, **(RETUNED_HIERARCHY if h else {})), "zero-mem")
+                  for how in ("minmax", "pow0.5", "pow0.25", "log", "rank", "z") for r in (0.5, 0.6, 0.7, 0.8) for h in (False, True)],
+    "constants": [(f"{k}={v}", {}, {k: v}, "zero-mem") for k, vals in {
+        "propagation_steps": [0, 2], "propagation_weight": [0.5, 2.0], "keyword_activation": [0.5, 2.0], "align_min": [0.3, 0.7],
+        "prior_top": [5, 50], "prf_k": [5], "prf_alpha": [1.0]}.items() for v in vals],
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default="../shared/data/locomo/locomo-dev.json")
+    ap.add_argument("--data-dir", required=True, help="ingested split, kept between runs (ingested on first use)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated of {', '.join(VARIANTS)}")
+    args = ap.parse_args()
+    wanted = [v for v in args.variants.split(",") if v]
+    unknown = sorted(set(wanted) - set(VARIANTS))
+    if unknown:
+        ap.error(f"unknown variants {unknown}")
+    samples = locomo.load(Path(args.data))
+    data_dir = Path(args.data_dir)
+    settings = Settings().model_copy(update={"data_dir": data_dir})
+    registry = Registry(settings)
+    if not (data_dir / ".ingested").exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        print(asyncio.run(ingest(settings, registry, samples, "locomo", None)), flush=True)
+        (data_dir / ".ingested").touch()
+    from services.query.service import QueryService
+    from services.views import LiveViews
+
+    loco.ZeroMem = Variant  # the bank scores through the variant class
+    views = LiveViews(registry)
+    try:
+        service = QueryService(views, registry.encoder(), registry.extractor())
+        service.start()
+        bank = loco.QuestionBank(service, views, questions(samples, None), "locomo")
+        every = np.arange(len(bank.qs))
+
+        def show(label: str, setting: dict, changes: dict, mode: str) -> None:
+            SETTING.clear()
+            SETTING.update(setting)
+            r = bank.zero_mem(DEFAULT.with_(**changes), mode, every)
+            cells = " | ".join(f"{name} {r['recall@10'][bank.category == c].mean():.3f}/{r['recall@25'][bank.category == c].mean():.3f}"
+                               for c, name in CATEGORIES.items())
+            print(f"{label}: all {r['recall@10'].mean():.4f} / {r['recall@25'].mean():.4f} | {cells}", flush=True)
+
+        show("shipped", {}, {}, "zero-mem")
+        show("shipped (hierarchy-only)", {}, {}, "hierarchy-only")
+        for name in wanted:
+            for row in VARIANTS[name]:
+                show(*row)
+    finally:
+        views.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
