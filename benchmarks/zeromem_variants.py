@@ -25,8 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from infra.registry import Registry  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from schemas.keyindex import KeyIndex  # noqa: E402
-from schemas.text import split_sentences  # noqa: E402
-from schemas.units import sentence_id, unit_key  # noqa: E402
+from schemas.text import content_words, normalize_entity, split_sentences  # noqa: E402
+from schemas.units import entity_id, sentence_id, unit_key  # noqa: E402
+from services.query.analysis import keyword_words  # noqa: E402
 from services.eval import loco  # noqa: E402
 from services.eval.locomo import ingest, questions  # noqa: E402
 from services.eval.metrics import CATEGORIES  # noqa: E402
@@ -35,6 +36,15 @@ from services.query.config import DEFAULT  # noqa: E402
 from streams.sources import locomo  # noqa: E402
 
 SETTING: dict = {}  # the variant's current setting, read by the subclass below
+_KEYWORDS: dict = {}  # per corpus: (keyword node ids, their surface words' unit vectors)
+_WORD_VECTORS: dict[str, np.ndarray] = {}
+
+
+def _word_vectors(encoder, words: list[str]) -> np.ndarray:
+    missing = sorted({w for w in words if w not in _WORD_VECTORS})
+    for w, v in zip(missing, encoder.encode(missing) if missing else []):
+        _WORD_VECTORS[w] = v / (np.linalg.norm(v) or 1.0)
+    return np.stack([_WORD_VECTORS[w] for w in words]) if words else np.zeros((0, 1))
 
 
 class Variant(zm.ZeroMem):
@@ -45,6 +55,48 @@ class Variant(zm.ZeroMem):
         if key not in self.memo:
             self.memo[key] = compute()
         return self.memo[key]
+
+    # kwvec: keyword nodes aligned by the cosine of their words' vectors to the question's words
+    # ("martial arts" -> kickboxing), not only by exact stem; the vectors are computed here for
+    # the screen (the product would store them with the nodes at ingest)
+    @property
+    def activations(self):
+        eta = self._memo("activations", ("question_entities", "align_min", "keyword_activation"), self._activations)
+        if "kwvec" not in SETTING:
+            return eta
+        return self._extra("kwvec", lambda: self._semantic_keywords(eta))
+
+    def _keyword_table(self):
+        key = id(self.corpus)
+        if key not in _KEYWORDS or _KEYWORDS[key][0] is not self.corpus:
+            seen: dict[str, dict[str, int]] = {}
+            for t in self.corpus.turns:
+                for _, _, word, st in content_words(t.text):
+                    if len(st) > 2 and not word.isdigit():
+                        seen.setdefault(st, {}).setdefault(word, 0)
+                        seen[st][word] += 1
+            b = self.ctx.boundary
+            ids = {entity_id(b.tenant_id, "kw:" + st): max(words, key=lambda w: (words[w], w)) for st, words in seen.items()}
+            present = sorted(self.ctx.store("graph").present(b, list(ids)))
+            _KEYWORDS[key] = (self.corpus, present, _word_vectors(self.ctx.encoder, [ids[i] for i in present]))
+        return _KEYWORDS[key][1:]
+
+    def _semantic_keywords(self, eta: dict) -> dict:
+        tau, top, weight, *only_noun = SETTING["kwvec"]
+        ids, vecs = self._keyword_table()
+        speakers = {w for sp_ in self.corpus.speakers for w in normalize_entity(sp_).split()}
+        source = (self.profile.noun or "") if only_noun else self.profile.question  # only the asked-for noun's words
+        words = [w for w in keyword_words(source) if w not in speakers and not w.isdigit() and len(w) > 2]
+        out = dict(eta)
+        if not words or not ids:
+            return out
+        sims = _word_vectors(self.ctx.encoder, words) @ vecs.T
+        for row in sims:
+            for j in np.argsort(-row, kind="stable")[:top]:
+                if row[j] < tau:
+                    break
+                out[ids[j]] = max(out.get(ids[j], 0.0), weight * float(row[j]))
+        return out
 
     # noun: the asked-for noun's own vector as a second dense query over turns
     # sentence: each turn's best sentence cosine added to the hierarchy view
@@ -72,6 +124,8 @@ class Variant(zm.ZeroMem):
     # prior: the walk's context priors from the hierarchy view instead of the dense one
     @property
     def graph_scores(self):
+        if "kwvec" in SETTING:  # other activations: the shipped memo (keyed on constants) does not apply
+            return self._extra("kwvec-walk", self._graph_scores)
         if "prior" not in SETTING:
             return super().graph_scores
         return self._extra("prior", self._hierarchy_prior_walk)
@@ -147,6 +201,12 @@ RETUNED_HIERARCHY = dict(a_lex=0.5, w_turn=1.0, w_windows=(1.0, 1.0))  # what hi
 
 # variant -> [(label, SETTING, config changes, mode)]
 VARIANTS: dict[str, list] = {
+    "kwvec": [(f"kwvec tau {t} top {k} weight {w}", {"kwvec": (t, k, w)}, {}, "zero-mem")
+              for t in (0.6, 0.7, 0.8) for k in (3, 10) for w in (0.5, 1.0)]
+             + [(f"kwvec asked-for noun only tau {t} top {k} weight {w}", {"kwvec": (t, k, w, "noun")}, {}, "zero-mem")
+                for t in (0.55, 0.6) for k in (3, 10) for w in (0.5, 1.0)]
+             + [(f"kwvec tau {t} top {k} weight {w} (graph-only)", {"kwvec": (t, k, w)}, {}, "graph-only")
+                for t in (0.7,) for k in (3, 10) for w in (0.5, 1.0)],
     "noun": [(f"noun {w}", {"noun": w}, {}, "zero-mem") for w in (0.1, 0.2, 0.3, 0.5, 0.8)],
     "closure": [(f"closure top {t} bridges {g} bonus {b}", {}, dict(closure_top=t, closure_graph=g, closure_bonus=b), "zero-mem")
                 for t in (2, 3, 5) for g in (3, 5, 10) for b in (0.05, 0.1)]
