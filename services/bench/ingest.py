@@ -31,10 +31,10 @@ from typing import Callable
 from infra.registry import Registry
 from infra.settings import Settings
 from schemas.events import TurnRecorded, encode_event
-from schemas.ports.views import Boundary
 from schemas.text import split_sentences
-from schemas.units import entity_id
+from services.eval.readiness import check_answering
 from services.runtime import build_pipeline
+from streams.projections.dense import dense_text
 from streams.sources import locomo
 
 TENANT = "locomo"
@@ -100,34 +100,19 @@ async def append_rate(n: int) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _check_ready(pipeline, reg: Registry, samples: list[dict]) -> None:
-    """Every unit kind answers a query in every conversation (raises if one does not)."""
-    qv = reg.encoder().encode(["what did they talk about"])[0]
-    graph = pipeline.store("graph")
-    for sample in samples:
-        b = Boundary(TENANT, (sample["sample_id"],))
-        for kind in ("turn", "window", "episode"):
-            if not (pipeline.store("lexical").search(kind, "talk", b, 1) and pipeline.store("hierarchy").list_units(b, kind)):
-                raise RuntimeError(f"{sample['sample_id']}: no {kind} is searchable after the views caught up")
-        for kind in ("turn", "window", "episode", "sentence"):
-            if not pipeline.store("dense").search(kind, qv, b, 1):
-                raise RuntimeError(f"{sample['sample_id']}: no {kind} vector is searchable after the views caught up")
-        match = graph.align_entities(b, [entity_id(TENANT, "talk")], qv[None, :], 1)[0]
-        if not (match and graph.personalized_pagerank(b, {match[0].entity_id: 1.0}, 0.6)):
-            raise RuntimeError(f"{sample['sample_id']}: the graph view does not answer after the views caught up")
-
-
-def _models_alone(reg: Registry, events: list[TurnRecorded], batch: int) -> dict:
+def _models_alone(reg: Registry, events: list[TurnRecorded], batch: int, speaker_prefix: bool) -> dict:
     """(turns/s, cores used) of each model over the same turns, alone, in the batches and with the inputs the projections
-    use (the encoder sees "speaker: text" and pools each sentence's span, streams/projections/dense.py)."""
+    use (the encoder sees the dense projection's text and pools each sentence's span, streams/projections/dense.py)."""
     encoder, extractor = reg.encoder(), reg.extractor()
     texts = [e.text for e in events]
     rates, cores = {}, {}
     t0, c0 = time.perf_counter(), time.process_time()
     for i in range(0, len(events), batch):
-        chunk = events[i:i + batch]
-        encoded = [f"{e.speaker}: {e.text}" for e in chunk]
-        spans = [[(s + len(e.speaker) + 2, end + len(e.speaker) + 2) for s, end in split_sentences(e.text)] for e in chunk]
+        encoded, spans = [], []
+        for e in events[i:i + batch]:
+            text, shift = dense_text(e, speaker_prefix)  # a TurnRecorded has the speaker and text it reads
+            encoded.append(text)
+            spans.append([(s + shift, end + shift) for s, end in split_sentences(e.text)])
         encoder.encode_with_spans(encoded, spans)
     wall = time.perf_counter() - t0
     rates["encoder_turns_per_s"], cores["encoder"] = round(len(texts) / wall, 1), round((time.process_time() - c0) / wall, 2)
@@ -166,13 +151,11 @@ async def add_to_ready(path: Path, conversations: set[str] | None, batch_size: i
             appended = time.perf_counter() - t_start
             await pipeline.process_until_caught_up()
             processed = time.perf_counter()
-            _check_ready(pipeline, reg, samples)
+            await check_answering(pipeline, reg.encoder(), TENANT, [s["sample_id"] for s in samples])
             ready = time.perf_counter() - t_start
-            if any(s.lag_events for s in await pipeline.status()):
-                raise RuntimeError("a view still lags after the run")
             progress(f"ready after {ready:.1f} s; now each model alone on the same turns")
             stages = {k: round(v, 2) for k, v in sorted(clock.seconds.items())}
-            alone, cores = _models_alone(reg, events, batch_size)
+            alone, cores = _models_alone(reg, events, batch_size, pipeline._live["dense"].runner.projection.speaker_prefix)
         finally:
             await pipeline.close()
         turns = len(events)

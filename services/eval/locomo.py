@@ -22,9 +22,9 @@ from typing import Any, Callable
 
 from infra.registry import Registry
 from infra.settings import Settings
-from schemas.ports.views import Boundary
 from schemas.query import SearchRequest
 from services.eval.metrics import CATEGORIES, parse_evidence, parse_ref, recall_at
+from services.eval.readiness import check_answering
 from services.eval.zero_tokens import CountingReader, refuse_outbound
 from services.runtime import build_pipeline
 from streams.sources import locomo
@@ -63,12 +63,7 @@ async def ingest(settings: Settings, registry: Registry, samples: list[dict], te
     t_first = time.perf_counter()
     await pipeline.publisher().publish(events)
     await pipeline.process_until_caught_up()
-    # Ready: every view at the end offset and every unit kind answering for every conversation.
-    for conv in sorted({e.conversation_id for e in events}):
-        b = Boundary(tenant, (conv,))
-        for kind in ("turn", "window", "episode"):
-            assert pipeline.store("hierarchy").list_units(b, kind), f"no {kind}s for {conv}"
-    assert all(s.lag_events == 0 for s in await pipeline.status())
+    await check_answering(pipeline, registry.encoder(), tenant, sorted({e.conversation_id for e in events}))
     seconds = time.perf_counter() - t_first
     await pipeline.close()
     return {"turns": len(events), "seconds": round(seconds, 2), "model_load_seconds": round(load, 2)}
