@@ -108,7 +108,23 @@ class Variant(zm.ZeroMem):
             return base + SETTING["noun"] * self._extra("noun", lambda: zm.mm(self.ctx.dense("turn", None, vec)))
         if "sentence" in SETTING:
             return base + SETTING["sentence"] * self._extra("sentence", self._sentence_max)
+        if "session" in SETTING:
+            return base + SETTING["session"][0] * self._extra("session", self._session_level)
         return base
+
+    # session: a session-level unit scored from its turns (mean, or mean of its best 3) and lifted
+    # to every turn of the session, like the window and episode levels
+    def _session_level(self) -> np.ndarray:
+        how = SETTING["session"][1]
+        a = self.cfg.a_lex
+        rel = a * zm.mm(self.ctx.bm25("turn")) + (1 - a) * self._dense("turn")
+        session = self.corpus.session
+        out = np.zeros(self.n)
+        for s_ in np.unique(session):
+            members = np.flatnonzero(session == s_)
+            vals = np.sort(rel[members])[::-1]
+            out[members] = vals.mean() if how == "mean" else vals[:3].mean()
+        return zm.mm(out)
 
     def _sentence_max(self) -> np.ndarray:
         keys, owner = [], []
@@ -207,6 +223,8 @@ VARIANTS: dict[str, list] = {
                 for t in (0.55, 0.6) for k in (3, 10) for w in (0.5, 1.0)]
              + [(f"kwvec tau {t} top {k} weight {w} (graph-only)", {"kwvec": (t, k, w)}, {}, "graph-only")
                 for t in (0.7,) for k in (3, 10) for w in (0.5, 1.0)],
+    "session": [(f"session {how} {w} ({mode})", {"session": (w, how)}, {}, mode) for mode in ("zero-mem", "hierarchy-only")
+                for how in ("mean", "top3") for w in (0.1, 0.25, 0.5)],
     "noun": [(f"noun {w}", {"noun": w}, {}, "zero-mem") for w in (0.1, 0.2, 0.3, 0.5, 0.8)],
     "closure": [(f"closure top {t} bridges {g} bonus {b}", {}, dict(closure_top=t, closure_graph=g, closure_bonus=b), "zero-mem")
                 for t in (2, 3, 5) for g in (3, 5, 10) for b in (0.05, 0.1)]
