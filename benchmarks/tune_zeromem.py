@@ -44,7 +44,7 @@ from report import write_report  # noqa: E402
 
 BUDGETS = (10, 25)
 
-from services.eval.loco import GRID  # noqa: E402  (one grid for this script and `memstream eval locomo --loco`)
+from services.eval.loco import Search  # noqa: E402  (one grid and one search for this script and `memstream eval locomo --loco`)
 
 
 class Bench:
@@ -86,22 +86,19 @@ class Bench:
         return float(np.mean([r[b].mean() for b in BUDGETS]))
 
 
+class _ZeroMemOnly:
+    """The Bench as loco.Search scores a bank (objective per mode): this script tunes zero-mem only."""
+
+    def __init__(self, bench: Bench):
+        self.bench = bench
+
+    def objective(self, cfg: ZeroMemConfig, mode: str, idx: np.ndarray) -> float:
+        return self.bench.objective(cfg, idx)
+
+
 def tune(bench: Bench, idx: np.ndarray, start: ZeroMemConfig, passes: int = 2, log=print) -> tuple[ZeroMemConfig, float]:
-    best, best_score = start, bench.objective(start, idx)
-    for p in range(passes):
-        improved = False
-        for name, values in GRID.items():
-            for v in values:
-                if getattr(best, name) == v:
-                    continue
-                cand = best.with_(**{name: v})
-                score = bench.objective(cand, idx)
-                if score > best_score + 1e-6:
-                    best, best_score, improved = cand, score, True
-                    log(f"   pass {p} {name}={v} -> {score:.4f}")
-        if not improved:
-            break
-    return best, best_score
+    """Coordinate descent over GRID: the product's search (services/eval/loco.py)."""
+    return Search(passes=passes).tune(_ZeroMemOnly(bench), "zero-mem", idx, start, log)
 
 
 def summarize(bench: Bench, rec: dict[int, np.ndarray], idx: np.ndarray) -> dict:

@@ -47,6 +47,21 @@ def _word_vectors(encoder, words: list[str]) -> np.ndarray:
     return np.stack([_WORD_VECTORS[w] for w in words]) if words else np.zeros((0, 1))
 
 
+_OWNERS: dict = {}
+
+
+def _sentence_owners(corpus) -> tuple[KeyIndex, np.ndarray]:
+    """The corpus's sentences (as the dense view keys them) and the turn position of each; once per corpus."""
+    if id(corpus) not in _OWNERS or _OWNERS[id(corpus)][0] is not corpus:
+        keys, owner = [], []
+        for i, t in enumerate(corpus.turns):
+            for j in range(len(split_sentences(t.text))):
+                keys.append(unit_key(sentence_id(t.unit_id, j)))
+                owner.append(i)
+        _OWNERS[id(corpus)] = (corpus, KeyIndex(keys), np.array(owner, dtype=np.int64))
+    return _OWNERS[id(corpus)][1:]
+
+
 class Variant(zm.ZeroMem):
     """The shipped method plus every variant's hook; SETTING selects one (empty: the shipped method)."""
 
@@ -127,14 +142,9 @@ class Variant(zm.ZeroMem):
         return zm.mm(out)
 
     def _sentence_max(self) -> np.ndarray:
-        keys, owner = [], []
-        for i, t in enumerate(self.corpus.turns):
-            for j in range(len(split_sentences(t.text))):
-                keys.append(unit_key(sentence_id(t.unit_id, j)))
-                owner.append(i)
-        s = KeyIndex(keys).scatter(*self.ctx._dense_raw("sentence"), fill=-1.0)
+        keys, owner = _sentence_owners(self.corpus)
         out = np.full(self.n, -1.0)
-        np.maximum.at(out, np.array(owner, dtype=np.int64), s)
+        np.maximum.at(out, owner, self.ctx.sentence_relevance(keys))
         return zm.mm(out)
 
     # prior: the walk's context priors from the hierarchy view instead of the dense one

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from services.reports import write_json
 from streams.sources import locomo
 
 
@@ -116,8 +117,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
                       questions=args.questions, shape=FleetShape(seed=args.seed, tenants=args.tenants))
     def save(report: dict) -> None:
         report["command"] = " ".join(["memstream", *sys.argv[1:]])
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        write_json(report, args.out)
         if args.plot:
             plot(report, args.plot)
 
@@ -128,7 +128,6 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from services.bench.ingest import IngestBenchConfig, plot, run
-    from services.bench.load import write
 
     if args.append_events < 1 or args.batch_size < 1:
         raise SystemExit("--append-events and --batch-size: positive numbers")
@@ -143,7 +142,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                             conversations=wanted)
     result = asyncio.run(run(cfg, progress=lambda m: print(m, file=sys.stderr, flush=True)))
     result["command"] = " ".join(["memstream", *sys.argv[1:]])
-    write(result, args.out)
+    write_json(result, args.out)
     if args.plot:
         plot(result, args.plot)
     print(json.dumps({k: v for k, v in result.items() if k != "config"}, indent=2))
@@ -151,7 +150,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from services.bench.load import write
     from services.bench.query import QueryBench, QueryBenchConfig, plot
 
     try:
@@ -173,7 +171,7 @@ def cmd_query(args: argparse.Namespace) -> int:
                                extra={"deployment": "url" if args.url else f"scratch embedded serve (--projections {args.projections})"})
         result = asyncio.run(QueryBench(cfg, progress=lambda m: print(m, file=sys.stderr, flush=True)).run())
     result["command"] = " ".join(["memstream", *_redacted(sys.argv[1:])])
-    write(result, args.out)
+    write_json(result, args.out)
     if args.plot:
         plot(result, args.plot)
     print(json.dumps(result, indent=2))
@@ -181,7 +179,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from services.bench.load import LoadConfig, LoadRun, check_loopback, write
+    from services.bench.load import LoadConfig, LoadRun, check_loopback
     from services.projection_child import child_pids
 
     pids = dict(p.split("=", 1) for p in args.pid)
@@ -197,7 +195,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         run = LoadRun(cfg, progress=lambda m: print(m, file=sys.stderr, flush=True))
         result = asyncio.run(run.run())
     result["command"] = " ".join(["memstream", *_redacted(sys.argv[1:])])
-    write(result, args.out)
+    write_json(result, args.out)
     if args.plot:
         run.plot(args.plot, args.title)
     print(json.dumps(result, indent=2))

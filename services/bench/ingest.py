@@ -155,7 +155,7 @@ async def add_to_ready(path: Path, conversations: set[str] | None, batch_size: i
             ready = time.perf_counter() - t_start
             progress(f"ready after {ready:.1f} s; now each model alone on the same turns")
             stages = {k: round(v, 2) for k, v in sorted(clock.seconds.items())}
-            alone, cores = _models_alone(reg, events, batch_size, pipeline._live["dense"].runner.projection.speaker_prefix)
+            alone, cores = _models_alone(reg, events, batch_size, settings.hierarchy.speaker_prefix)
         finally:
             await pipeline.close()
         turns = len(events)

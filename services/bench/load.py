@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import os
 import random
 import time
@@ -409,6 +408,3 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 3)
 
 
-def write(result: dict, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")

@@ -5,7 +5,6 @@ connections refused, then tune and score every fold, print the headline table, w
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -17,6 +16,7 @@ from services.eval import intervals
 from services.eval.locomo import allowed_addresses, ingest, questions
 from services.eval.loco import GRID, LocoConfig, QuestionBank, evaluate, markdown, table
 from services.eval.zero_tokens import CountingReader, refuse_outbound
+from services.reports import write_json
 from streams.sources import locomo
 
 TENANT = "locomo"
@@ -78,8 +78,7 @@ async def run(path: Path, cfg: LocoConfig, *, conversations: set[str] | None, k:
     finally:
         reader.close()
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=2) + "\n")
+        write_json(report, out)
     return report
 
 

@@ -12,7 +12,6 @@ measured, not asserted.
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import tempfile
 import time
@@ -26,6 +25,7 @@ from schemas.query import SearchRequest
 from services.eval.metrics import CATEGORIES, parse_evidence, parse_ref, recall_at
 from services.eval.readiness import check_answering
 from services.eval.zero_tokens import CountingReader, refuse_outbound
+from services.reports import write_json
 from services.runtime import build_pipeline
 from streams.sources import locomo
 
@@ -216,6 +216,5 @@ async def run(path: Path, *, conversations: set[str] | None, strategies: list[st
     finally:
         reader.close()
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=2) + "\n")
+        write_json(report, out)
     return report
