@@ -1,7 +1,7 @@
 """Embedded vs distributed, side by side in one run, on the LoCoMo dev split.
 
     .venv/bin/python benchmarks/distributed.py [--conversations conv-30] [--kcat conv-30]
-        [--qdrant grpc|rest|local] [--strategies zero-mem,bm25] [--no-replay] [--out FILE]
+        [--qdrant grpc|rest|local] [--strategies zero-mem,bm25] [--no-replay] [--sequential-reads] [--out FILE]
 
 The distributed stack is Apache Kafka (log), faust workers (projections), OpenSearch (hierarchy
 and lexical views), Neo4j + GDS (graph) and the Qdrant server (dense; over gRPC by default,
@@ -12,8 +12,12 @@ as a foreign producer when --kcat names it — and projected by `memstream worke
 app, one agent per view) running as a separate process, started (models loaded) before the
 first append. Ready = every view's position at the log's end offset. The questions then run
 against the views in both modes, strategies interleaved question by question; the report has
-each strategy's p50 per query stage, so it says where a distributed query spends its time. A
-replay of every view then runs while queries keep going, and must not fail one.
+each strategy's p50 per query stage, so it says where a distributed query spends its time, and
+the CPU time per query of this process and of each server (each strategy run alone), which on
+a machine whose cores the servers share is a floor under the latency. `--sequential-reads`
+adds Zero-Mem with its engine reads one after the other, alternating question by question with
+the default (independent reads overlapped): the latency each way and whether the evidence is
+identical. A replay of every view then runs while queries keep going, and must not fail one.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -37,8 +42,9 @@ from infra.registry import Registry  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from schemas.ports.views import VIEW_NAMES  # noqa: E402
 from schemas.query import SearchRequest  # noqa: E402
-from services.eval.locomo import evaluate_strategies, ingest, questions  # noqa: E402
-from services.query.service import QueryService  # noqa: E402
+from services.eval.locomo import ask, evaluate_strategies, ingest, percentile, questions  # noqa: E402
+from services.query import zeromem  # noqa: E402
+from services.query.service import QueryService, default_strategies  # noqa: E402
 from services.runtime import build_pipeline  # noqa: E402
 from services.views import LiveViews  # noqa: E402
 from streams.sources import locomo  # noqa: E402
@@ -116,6 +122,80 @@ async def dense_ready(settings: Settings, end: dict, t_first: float) -> float:
     return time.perf_counter() - t_first
 
 
+def reads_overlapped_vs_in_order(registry: Registry, qs) -> dict:
+    """Zero-Mem with its independent engine reads overlapped (the default) and one after the
+    other (QueryContext.overlap off), alternating question by question on the same views: the
+    latency of each and how many questions got identical evidence."""
+    def in_order(fn):
+        def run(ctx):
+            ctx.overlap = False
+            return fn(ctx)
+        return run
+
+    views = LiveViews(registry)
+    services = {"overlapped": QueryService(views, registry.encoder(), registry.extractor()),
+                "in_order": QueryService(views, registry.encoder(), registry.extractor(),
+                                         strategies={**default_strategies(), "zero-mem": in_order(zeromem.strategy("zero-mem"))})}
+    try:
+        for service in services.values():
+            service.start()
+        latencies: dict[str, list[float]] = {name: [] for name in services}
+        identical = 0
+        for n, q in enumerate(qs):
+            evidence = {}
+            for name in (list(services) if n % 2 == 0 else list(reversed(services))):
+                ms, resp, _ = ask(services[name], q, "zero-mem", TENANT, [25], 5)
+                latencies[name].append(ms)
+                evidence[name] = [e.unit_id for e in resp.evidence]
+            identical += evidence["overlapped"] == evidence["in_order"]
+    finally:
+        views.close()
+    out: dict = {name: {"p50": round(percentile(v, 50), 2), "p95": round(percentile(v, 95), 2)} for name, v in latencies.items()}
+    out["ratio_in_order_over_overlapped"] = {p: round(out["in_order"][p] / out["overlapped"][p], 2) for p in ("p50", "p95")}
+    out.update(questions=len(qs), identical_evidence=identical)
+    return out
+
+
+def _server_cpu_ms() -> dict[str, float]:
+    """CPU time (user + system, ms) each test server has used so far, from its pid file and
+    /proc (a server given from outside without its state directory is left out)."""
+    out = {}
+    for name in ("kafka", "opensearch", "neo4j", "qdrant"):
+        state = servers.server_data_dir(name)
+        try:
+            pid = (state / f"{name}.pid").read_text().split()[0]
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, TypeError, IndexError):
+            continue
+        out[name] = (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def cpu_per_query(registry: Registry, qs, strategies) -> dict:
+    """Each strategy alone over every question: wall time and the CPU time of this process
+    (the query service: drivers, decoding, the method) and of each server, per query. On a
+    machine whose cores the servers share, their sum over the cores is a floor for latency
+    that no overlapping of round trips can go below."""
+    views = LiveViews(registry)
+    service = QueryService(views, registry.encoder(), registry.extractor())
+    out = {}
+    try:
+        service.start()
+        for strategy in strategies:
+            cpu0, own0, wall0 = _server_cpu_ms(), time.process_time(), time.perf_counter()
+            for q in qs:
+                ask(service, q, strategy, TENANT, [25], 5)
+            cpu1, own1, wall1 = _server_cpu_ms(), time.process_time(), time.perf_counter()
+            row = {"wall_ms": (wall1 - wall0) * 1000 / len(qs), "query_service_cpu_ms": (own1 - own0) * 1000 / len(qs),
+                   **{f"{name}_cpu_ms": (cpu1[name] - cpu0[name]) / len(qs) for name in cpu1 if name in cpu0}}
+            row["cpu_ms_total"] = sum(v for k, v in row.items() if k.endswith("_cpu_ms"))
+            row["cores_busy"] = row["cpu_ms_total"] / row["wall_ms"]
+            out[strategy] = {k: round(v, 2) for k, v in row.items()}
+    finally:
+        views.close()
+    return {"cores": os.cpu_count(), "strategies": out}
+
+
 def evaluate(settings: Settings, registry: Registry, qs, strategies, budgets) -> dict:
     views = LiveViews(registry)
     service = QueryService(views, registry.encoder(), registry.extractor())
@@ -176,6 +256,8 @@ async def main() -> int:
     ap.add_argument("--qdrant", choices=("grpc", "rest", "local"), default="grpc",
                     help="the dense view on the Qdrant server over gRPC (default) or REST, or in qdrant-client's local mode")
     ap.add_argument("--no-replay", action="store_true")
+    ap.add_argument("--sequential-reads", action="store_true",
+                    help="also run Zero-Mem with its engine reads one after the other, alternating with the overlapped default")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -221,6 +303,11 @@ async def main() -> int:
         dreg = Registry(dist)
         report["distributed"]["strategies"] = evaluate(dist, dreg, qs, strategies, budgets)
         log(f"distributed: {json.dumps({k: v['recall'] for k, v in report['distributed']['strategies'].items()})}")
+        report["distributed"]["cpu_per_query"] = cpu_per_query(dreg, qs, strategies)
+        log(f"distributed, CPU per query: {report['distributed']['cpu_per_query']}")
+        if args.sequential_reads:
+            report["distributed"]["reads_overlapped_vs_in_order"] = reads_overlapped_vs_in_order(dreg, qs)
+            log(f"distributed, Zero-Mem reads overlapped vs in order: {report['distributed']['reads_overlapped_vs_in_order']}")
         if not args.no_replay:
             report["distributed"]["replay"] = await replay_under_queries(dist, dreg, qs, log)
         dreg.close()

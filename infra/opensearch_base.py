@@ -240,6 +240,7 @@ class OpenSearchViewBase:
     use (or on `start()`). Subclasses define `view`, `_mappings()` and their document writes."""
 
     backend = "opensearch"
+    remote = True
     view: ViewName
 
     def __init__(self, url: str, prefix: str, generation: int, *, shards: int = 1, replicas: int = 0, **client_options):

@@ -289,6 +289,13 @@ class QdrantViewBase:
         self._known: set[str] = set()  # collections seen to exist (they are never dropped under a live store)
         self._lock = threading.RLock()
 
+    @property
+    def remote(self) -> bool:
+        """A Qdrant server (reads are round trips); not qdrant-client's in-process local mode."""
+        if isinstance(self.location, QdrantClient):
+            return not is_local(self.location)
+        return self.location.startswith(("http://", "https://"))
+
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         self._qd()

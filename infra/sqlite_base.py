@@ -127,6 +127,7 @@ class SqliteViewBase:
     """Base for one generation of one embedded view, stored in one SQLite file."""
 
     backend = "sqlite"
+    remote = False
     view: ViewName
     extra_schema = ""
 

@@ -173,6 +173,7 @@ def _forget_scope(forget: Forget) -> tuple[str, dict]:
 
 class Neo4jGraphStore:
     backend = "neo4j"
+    remote = True
     view = VIEW
     erasure_deferred_seconds = 0.0  # nothing to erase: what a forget removes was never written (module docstring)
 
@@ -499,14 +500,19 @@ class Neo4jGraphStore:
         total = sum(mass for _, mass in src)
         if total <= 0:
             return {}
+        # Only the contexts' scores come back (entities are ~3/4 of the nodes and were most of
+        # the transfer); the mass that normalises them is summed over every node on the server.
+        # The projection numbers the contexts first, so `nodeId <= $last` is usually exactly
+        # them; the map below keeps the result exact whatever the numbering.
         row = self._query(
             "computing personalised PageRank with GDS",
             "CALL gds.pageRank.stream($graph, {sourceNodes: $sources, dampingFactor: $damping, relationshipWeightProperty: 'w', "
             "  maxIterations: $iterations, tolerance: $tolerance, concurrency: $concurrency, logProgress: false}) "
-            "YIELD nodeId, score RETURN collect(nodeId) AS ids, collect(score) AS scores",
+            "YIELD nodeId, score WITH sum(score) AS mass, collect(CASE WHEN nodeId <= $last THEN [nodeId, score] END) AS hits "
+            "RETURN mass, [h IN hits | h[0]] AS ids, [h IN hits | h[1]] AS scores",
             graph=name, sources=[[node, mass / total] for node, mass in src], damping=float(damping), iterations=int(max_iterations),
-            tolerance=float(tolerance), concurrency=self.pagerank_concurrency)[0]
-        mass = sum(row["scores"])
+            tolerance=float(tolerance), concurrency=self.pagerank_concurrency, last=max(context_of, default=-1))[0]
+        mass = row["mass"] or 0.0
         return {context_of[n]: (s / mass if mass > 0 else 0.0) for n, s in zip(row["ids"], row["scores"]) if n in context_of}
 
     def _node_ids(self, name: str) -> tuple[dict[str, int], dict[int, str]]:

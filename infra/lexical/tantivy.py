@@ -93,6 +93,7 @@ class _Ledger(SqliteViewBase):
 
 class TantivyLexicalIndex:
     backend = "tantivy"
+    remote = False
     view = "lexical"
 
     def __init__(self, directory: str | Path, generation: int, writer_heap: int = 64_000_000):

@@ -174,6 +174,10 @@ class TurnLedger(Protocol):
 
 class ViewStore(TurnLedger, Protocol):
     backend: str  # e.g. "sqlite", "tantivy", "opensearch": named in search responses
+    # True when a read is a round trip to a server: the query service then issues independent
+    # reads from several threads at once (services/query/context.py `ahead`), so a remote
+    # store's reads must be safe to call concurrently.
+    remote: bool
     view: ViewName
     generation: int
 

@@ -9,7 +9,10 @@ from the vector engine).
 
 from __future__ import annotations
 
+import contextvars
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -79,7 +82,46 @@ class Guarded:
         return call
 
 
+# Threads that overlap one query's independent round trips to servers (`QueryContext.ahead`),
+# shared by every query of the process. A task on them never waits for another task on them
+# (a query's own thread collects the results; a task may wait for the encoder's thread), so
+# concurrent queries cannot exhaust them into a deadlock; more queries than threads only queue
+# their reads.
+_IO_THREADS = 8
+_io_pool: ThreadPoolExecutor | None = None
+_io_lock = threading.Lock()
+
+
+def _io() -> ThreadPoolExecutor:
+    global _io_pool
+    with _io_lock:
+        if _io_pool is None:
+            _io_pool = ThreadPoolExecutor(_IO_THREADS, thread_name_prefix="memstream-query-io")
+        return _io_pool
+
+
+class _Inline(Future):
+    """A future computed on the thread that asks for it (QueryContext.ahead on embedded stores)."""
+
+    def __init__(self, compute):
+        super().__init__()
+        self._compute = compute
+
+    def run(self) -> None:
+        try:
+            self.set_result(self._compute())
+        except Exception as exc:  # noqa: BLE001 - handed to whoever collects the result
+            self.set_exception(exc)
+
+    def result(self, timeout=None):
+        if not self.done():
+            self.run()
+        return super().result(timeout)
+
+
 class QueryContext:
+    overlap = True  # `ahead` overlaps remote reads; False runs them in order (a side-by-side benchmark's baseline)
+
     def __init__(self, request: SearchRequest, boundary: Boundary, corpus: Corpus, views, encoder, extractor=None, encoder_for=None):
         self.extractor = extractor
         self.request = request
@@ -115,6 +157,25 @@ class QueryContext:
             s = self.views.store(view)  # (reads the view's catalog, which may live on the same server)
         self.backends[view] = s.backend
         return self._stores.setdefault(view, Guarded(s, view))
+
+    def ahead(self, compute, *views: str, deferred: bool = False) -> Future:
+        """Start `compute` (reads of `views`, then what it derives from them) beside the calling
+        thread when one of those views' stores is a server (`remote`), so that its round trips
+        overlap the caller's. On embedded stores (in-process work that would only contend for
+        the interpreter) run it here: now, or — `deferred` — when its result is first asked for
+        (for a compute that would wait for something the caller does meanwhile). The result, or
+        the exception, is the future's, so a view that is down surfaces where the caller
+        collects it, as it would have inline."""
+        try:
+            remote = self.overlap and any(getattr(self.store(v), "remote", False) for v in views)
+        except ViewUnavailable:
+            remote = False  # compute meets the same error and the future carries it
+        if remote:
+            return _io().submit(contextvars.copy_context().run, compute)  # the request's read scope comes along
+        later = _Inline(compute)
+        if not deferred:
+            later.run()
+        return later
 
     def encoder_of(self, view: str):
         """The encoder of the view's pinned generation (the configured one if the view is down:

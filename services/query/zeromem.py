@@ -502,17 +502,14 @@ class ZeroMem:
 
     def _vector_free_signals(self) -> None:
         """What needs no question vector, computed while the encoder runs on the other core
-        (prefetch_question): profile, BM25 of every level, keyword coverage, compatibility, the
-        asked-for noun's label (whose word vector, when not cached, is a pass of its own) and the
-        keyword nodes the graph view activates."""
+        (prefetch_question): profile, keyword coverage, compatibility, the asked-for noun's
+        label (whose word vector, when not cached, is a pass of its own) and the keyword nodes
+        the graph view activates."""
         self.profile
-        self.ctx.bm25_all()
         self.lexcov, self.compat, self.label_flags, self.keyword_nodes
 
-    def _prefetch_dense(self, mode: str) -> None:
-        """The dense reads this mode's views will make, in two rounds (the question's vector,
-        then the feedback vector, which needs the first round's turns): on a server they are in
-        flight together instead of one after the other."""
+    def _dense_kinds(self, mode: str) -> list[str]:
+        """The unit kinds this mode's views score against the question's vector."""
         cfg, c = self.cfg, self.corpus
         kinds = ["turn"]
         if mode != "graph-only":
@@ -522,18 +519,40 @@ class ZeroMem:
                 kinds.append("episode")
         if mode != "hierarchy-only" and cfg.propagation_steps:
             kinds.append("sentence")
-        self.ctx.prefetch_dense(kinds)
-        if cfg.prf_weight and mode != "graph-only":
-            self.ctx.prefetch_dense([k for k in kinds if k != "sentence"], self.prf_vector)
+        return kinds
+
+    def _hierarchy_with_feedback(self, mode: str) -> np.ndarray:
+        """The hierarchy view, after the feedback vector's dense reads in one round (they need the
+        first round's turns)."""
+        if self.cfg.prf_weight:
+            self.ctx.prefetch_dense([k for k in self._dense_kinds(mode) if k != "sentence"], self.prf_vector)
+        return self.hierarchy
 
     def scores(self, mode: str = "zero-mem") -> tuple[np.ndarray, dict[int, float], np.ndarray]:
-        """(fused score, closure bonuses, calibrated score) per turn."""
+        """(fused score, closure bonuses, calibrated score) per turn.
+
+        On servers, independent round trips overlap (QueryContext.ahead): BM25 and the question's
+        dense round (which waits for the encoder) beside the profile's and keyword nodes' graph
+        reads and entity alignment, then the hierarchy view (feedback vector, its dense round)
+        beside the graph view's PageRank. The arithmetic is the same in either order, so the
+        scores are identical."""
         if mode not in MODES:
             raise ValueError(f"unknown Zero-Mem mode {mode!r}")
+        graph_mode, hierarchy_mode = mode != "hierarchy-only", mode != "graph-only"
         self.ctx.prefetch_question()
+        lexical = self.ctx.ahead(self.ctx.bm25_all, "lexical")  # BM25 of every level in one search
+        dense = self.ctx.ahead(lambda: self.ctx.prefetch_dense(self._dense_kinds(mode)), "dense", deferred=True)  # needs the vector
         self._vector_free_signals()
         self.entity_vectors  # the question's and its entities' vectors, from the one forward pass
-        self._prefetch_dense(mode)
+        aligned = self.ctx.ahead(lambda: self.activations, "graph") if graph_mode else None
+        lexical.result(), dense.result()
+        if aligned is not None:
+            aligned.result()
+        hierarchy = self.ctx.ahead(lambda: self._hierarchy_with_feedback(mode), "dense", "lexical") if hierarchy_mode else None
+        if graph_mode:
+            self.graph_scores
+        if hierarchy is not None:
+            hierarchy.result()
         fused = self.fused(mode)
         bonus = {} if mode == "no-closure" else self.closure(_order(fused).tolist(), mode)
         with self.ctx.timed("calibration"):

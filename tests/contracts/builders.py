@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -54,3 +55,23 @@ def check_versions_pinned_by_read_scope(store, write) -> None:
     assert after != before
     with read_scope():
         assert store.conversation_version("t1", "c1") == after
+
+
+def check_concurrent_reads(store, adapter: str, needs_server: set[str], reads: dict) -> None:
+    """ViewStore contract: `remote` says whether reads are round trips to a server (the server
+    adapters, and only they), and a store's reads may be called from several threads at once —
+    the query service overlaps a query's independent reads on a server, and serves queries from
+    several threads — each answering as it does alone. `reads`: name -> a read returning
+    something comparable with ==."""
+    assert store.remote is (adapter in needs_server)
+    alone = {name: read() for name, read in reads.items()}
+
+    def in_scope(read):
+        with read_scope():  # as in a query: a read scope per thread's request
+            return read()
+
+    names = [name for name in reads for _ in range(6)]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda name: (name, in_scope(reads[name])), names))
+    for name, value in together:
+        assert value == alone[name], name

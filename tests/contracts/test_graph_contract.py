@@ -15,7 +15,7 @@ from schemas.ordering import order_turns
 from schemas.text import normalize_entity
 from schemas.units import entity_id
 from tests.contracts import forgetting
-from tests.contracts.builders import check_versions_pinned_by_read_scope, row, unit_vector
+from tests.contracts.builders import check_concurrent_reads, check_versions_pinned_by_read_scope, row, unit_vector
 
 pytestmark = pytest.mark.contract
 
@@ -154,6 +154,22 @@ def test_forget_turn_and_conversation(store):
     store.apply(GraphChangeSet(forgets=[Forget("t1", ForgetScope(level="conversation", conversation_id="c1"))]), {0: 6})
     assert store.personalized_pagerank(Boundary("t1", ("c1",)), {ids["paris"]: 1.0}, 0.6) == {}
     assert store.positions() == {0: 6}
+
+
+def test_reads_from_several_threads_at_once_answer_as_alone(store, request):
+    rows, ids = build(store)
+    b = Boundary("t1", ("c1",))
+    rounded = lambda scores: {k: round(v, 9) for k, v in scores.items()}  # noqa: E731
+    check_concurrent_reads(store, request.node.callspec.params["store"], NEEDS_SERVER, {
+        "pagerank": lambda: rounded(store.personalized_pagerank(b, {ids["paris"]: 0.7, rows[2].turn_id: 0.3}, 0.6, adjacency_weight=0.5)),
+        "closure walk": lambda: rounded(store.personalized_pagerank(b, {rows[0].turn_id: 1.0}, 0.6, exclude_labels=("SPEAKER",))),
+        "present": lambda: store.present(b, [ids["rome"], ids["bob"], "n_nothing"]),
+        "align": lambda: [[(m.entity_id, round(m.score, 6)) for m in ms]
+                          for ms in store.align_entities(b, [ids["bob"], entity_id("t1", "roma")], np.stack([vec("bob"), vec("rome")]), 2)],
+        "labels": lambda: dict(store.entity_labels(b)),
+        "incidence": lambda: (store.sentence_incidence(b).sentence_ids, store.sentence_incidence(b).context_ids),
+        "mentions": lambda: store.context_mentions(b),
+    })
 
 
 def test_versions_change_on_write_and_hold_within_a_read_scope(store):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import numpy as np
 import pytest
 
 from schemas.events import ForgetScope
@@ -12,7 +13,7 @@ from schemas.ports.lexical import LexicalChangeSet, LexicalDoc
 from schemas.ports.views import Boundary, Forget
 from streams.segmentation import diff_units
 from tests.contracts import forgetting
-from tests.contracts.builders import T0, row, units
+from tests.contracts.builders import T0, check_concurrent_reads, row, units
 
 pytestmark = pytest.mark.contract
 
@@ -96,6 +97,20 @@ def test_scoring_every_kind_at_once_equals_each_kind_alone(index):
         alone.update(zip(k.tolist(), v.tolist()))
     assert len(alone) == 4 and set(together) == set(alone)  # t-a, t-b, w-a, e-a; not c2, not t2
     assert all(abs(together[k] - alone[k]) < 1e-5 for k in alone)
+
+
+def test_reads_from_several_threads_at_once_answer_as_alone(index, request):
+    index.apply(LexicalChangeSet(upsert_docs=[
+        doc("t-a", "pottery class"), doc("t-b", "hiking trip"), doc("w-a", "pottery class and a hiking trip", kind="window"),
+        doc("e-a", "pottery and more pottery", kind="episode"), doc("t-x", "pottery", tenant="t2"),
+    ]), {0: 5})
+    b = Boundary("t1", ("c1",))
+    keyed = lambda ks: dict(zip(ks[0].tolist(), np.round(ks[1], 5).tolist()))  # noqa: E731
+    check_concurrent_reads(index, request.node.callspec.params["index"], NEEDS_SERVER, {
+        "every kind": lambda: keyed(index.score_units(None, "pottery hiking", b, 100)),
+        "turns": lambda: keyed(index.score_units("turn", "pottery", b, 100)),
+        "search": lambda: [(h.unit_id, round(h.score, 5)) for h in index.search("window", "hiking", b, 10)],
+    })
 
 
 def test_upsert_replaces_delete_removes_forget_clears_scope(index):

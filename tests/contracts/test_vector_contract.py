@@ -14,7 +14,7 @@ from schemas.ports.views import Boundary, Forget
 from schemas.units import sentence_id
 from streams.segmentation import diff_units
 from tests.contracts import forgetting
-from tests.contracts.builders import T0, check_versions_pinned_by_read_scope, row, sealer, unit_vector, units
+from tests.contracts.builders import T0, check_concurrent_reads, check_versions_pinned_by_read_scope, row, sealer, unit_vector, units
 
 pytestmark = pytest.mark.contract
 
@@ -112,6 +112,19 @@ def test_score_units_scores_every_admissible_point_by_its_key(store, page):
         alone = store.score_units(collection, vector, Boundary("t1", ("c1",)))
         assert dict(zip(k.tolist(), s.tolist())) == pytest.approx(dict(zip(alone[0].tolist(), alone[1].tolist())), abs=1e-6)
     assert len(many[1][0]) == 1 and len(many[2][0]) == 0  # the one window point; no episode collection at all
+
+
+def test_reads_from_several_threads_at_once_answer_as_alone(store, request):
+    vecs = {f"p{i}": unit_vector(i) for i in range(12)}
+    store.apply(VectorChangeSet(upsert_points=[point(k, v) for k, v in vecs.items()] + [point("w", unit_vector(1), collection="window")]), {0: 13})
+    b, q = Boundary("t1", ("c1",)), unit_vector(3)
+    keyed = lambda ks: dict(zip(ks[0].tolist(), np.round(ks[1], 6).tolist()))  # noqa: E731
+    check_concurrent_reads(store, request.node.callspec.params["store"], NEEDS_SERVER, {
+        "score_units": lambda: keyed(store.score_units("turn", q, b)),
+        "score_units_many": lambda: [keyed(r) for r in store.score_units_many([("turn", q), ("window", q), ("turn", unit_vector(5))], b)],
+        "vectors": lambda: {k: np.round(v, 6).tolist() for k, v in store.vectors("turn", "t1", ["p1", "p7"]).items()},
+        "search": lambda: [(h.unit_id, round(h.score, 6)) for h in store.search("turn", q, b, 5)],
+    })
 
 
 def test_collections_boundaries_and_tenants_are_separate(store):
