@@ -13,9 +13,8 @@ from infra.registry import Registry
 from infra.settings import Settings
 from schemas.errors import MemstreamError
 from services.eval import intervals
-from services.eval.locomo import allowed_addresses, ingest, questions
+from services.eval.locomo import questions, session
 from services.eval.loco import GRID, LocoConfig, QuestionBank, evaluate, markdown, table
-from services.eval.zero_tokens import CountingReader, refuse_outbound
 from services.reports import write_json
 from streams.sources import locomo
 
@@ -49,9 +48,6 @@ def check(args, strategies: list[str]) -> LocoConfig:
 
 async def run(path: Path, cfg: LocoConfig, *, conversations: set[str] | None, k: int, settings: Settings, data_dir: Path | None,
               out: Path | None) -> dict:
-    from services.query.service import QueryService
-    from services.views import LiveViews
-
     samples = locomo.load(path)
     qs = questions(samples, conversations)
     if len({q.conversation for q in qs}) < 2:
@@ -59,24 +55,13 @@ async def run(path: Path, cfg: LocoConfig, *, conversations: set[str] | None, k:
     data_dir = data_dir or Path(tempfile.mkdtemp(prefix="memstream-loco-"))
     settings = settings.model_copy(update={"data_dir": data_dir})
     registry = Registry(settings)
-    reader = CountingReader(upstream=None).start()  # no reader is asked: it only proves zero tokens
-    try:
-        with refuse_outbound({reader.address, *allowed_addresses(settings)}) as refused:
-            progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-            ing = await ingest(settings, registry, samples, TENANT, conversations)
-            progress(f"ingested {ing['turns']} turns in {ing['seconds']} s; {len(qs)} questions")
-            views = LiveViews(registry)
-            try:
-                service = QueryService(views, registry.encoder(), registry.extractor())
-                service.start()
-                bank = QuestionBank(service, views, qs, TENANT, k=k)
-                report = await asyncio.to_thread(evaluate, bank, cfg, progress)
-            finally:
-                views.close()
-            report = {"dataset": "locomo", "ingest": ing, **report, "refused_connections": len(refused),
-                      "llm_tokens": reader.counter.snapshot()["tokens"]}
-    finally:
-        reader.close()
+    progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    async with session(settings, registry, samples, TENANT, conversations) as s:  # no reader is asked: it only proves zero tokens
+        progress(f"ingested {s.ingest['turns']} turns in {s.ingest['seconds']} s; {len(qs)} questions")
+        bank = QuestionBank(s.service, s.views, qs, TENANT, k=k)
+        report = await asyncio.to_thread(evaluate, bank, cfg, progress)
+        report = {"dataset": "locomo", "ingest": s.ingest, **report, "refused_connections": len(s.refused),
+                  "llm_tokens": s.reader.counter.snapshot()["tokens"]}
     if out is not None:
         write_json(report, out)
     return report

@@ -15,9 +15,10 @@ import asyncio
 import statistics
 import tempfile
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from infra.registry import Registry
 from infra.settings import Settings
@@ -179,12 +180,47 @@ def table(report: dict, budgets: list[int]) -> str:
     return "\n".join(lines)
 
 
-async def run(path: Path, *, conversations: set[str] | None, strategies: list[str], budgets: list[int], out: Path | None,
-              k: int = 5, data_dir: Path | None = None, settings: Settings | None = None, registry: Registry | None = None,
-              progress=print) -> dict:
+@dataclass
+class Session:
+    """An evaluation's served memory: the ingest report, the live views and a started query
+    service, the counting reader (LLM tokens) and the refused outbound connections so far."""
+
+    ingest: dict[str, Any]
+    views: Any
+    service: Any
+    reader: CountingReader
+    refused: list
+
+
+@asynccontextmanager
+async def session(settings: Settings, registry: Registry, samples, tenant: str, conversations: set[str] | None, *,
+                  upstream: str | None = None, upstream_key: str | None = None) -> AsyncIterator[Session]:
+    """Ingest the conversations and serve them, with every outbound connection refused except
+    to the stores and the counting reader (which forwards to `upstream`, the optional final-QA
+    reader, and counts its tokens): what proves an evaluation used zero LLM tokens."""
     from services.query.service import QueryService
     from services.views import LiveViews
 
+    reader = CountingReader(upstream=upstream, upstream_key=upstream_key).start()
+    try:
+        with refuse_outbound({reader.address, *allowed_addresses(settings)}) as refused:
+            before = reader.counter.snapshot()["tokens"]
+            report = await ingest(settings, registry, samples, tenant, conversations)
+            report["llm_tokens"] = reader.counter.snapshot()["tokens"] - before
+            views = LiveViews(registry)
+            try:
+                service = QueryService(views, registry.encoder(), registry.extractor())
+                service.start()
+                yield Session(report, views, service, reader, refused)
+            finally:
+                views.close()
+    finally:
+        reader.close()
+
+
+async def run(path: Path, *, conversations: set[str] | None, strategies: list[str], budgets: list[int], out: Path | None,
+              k: int = 5, data_dir: Path | None = None, settings: Settings | None = None, registry: Registry | None = None,
+              progress=print) -> dict:
     samples = locomo.load(path)
     tenant = "locomo"
     data_dir = data_dir or Path(tempfile.mkdtemp(prefix="memstream-eval-"))
@@ -193,28 +229,16 @@ async def run(path: Path, *, conversations: set[str] | None, strategies: list[st
     registry = registry or Registry(settings)
     registry.settings = settings
     registry.data_dir = data_dir
-    reader = CountingReader(upstream=settings.reader.url,
-                            upstream_key=settings.reader.api_key.get_secret_value() if settings.reader.api_key else None).start()
-    allowed = {reader.address, *allowed_addresses(settings)}
-    try:
-        with refuse_outbound(allowed) as refused:
-            report: dict[str, Any] = {"dataset": "locomo", "conversations": sorted(conversations) if conversations else None}
-            before = reader.counter.snapshot()
-            report["ingest"] = await ingest(settings, registry, samples, tenant, conversations)
-            ingest_tokens = reader.counter.snapshot()["tokens"] - before["tokens"]
-            qs = questions(samples, conversations)
-            report["questions"] = len(qs)
-            report["ingest"]["llm_tokens"] = ingest_tokens
-            views = LiveViews(registry)
-            service = QueryService(views, registry.encoder(), registry.extractor())
-            service.start()
-            report["strategies"] = await asyncio.to_thread(
-                evaluate_strategies, service, qs, list(strategies), budgets, tenant, k, lambda: reader.counter.snapshot()["tokens"], progress)
-            views.close()
-            report["refused_connections"] = len(refused)
-            report["reader_requests"] = reader.counter.snapshot()["requests"]
-    finally:
-        reader.close()
+    report: dict[str, Any] = {"dataset": "locomo", "conversations": sorted(conversations) if conversations else None}
+    key = settings.reader.api_key.get_secret_value() if settings.reader.api_key else None
+    async with session(settings, registry, samples, tenant, conversations, upstream=settings.reader.url, upstream_key=key) as s:
+        report["ingest"] = s.ingest
+        qs = questions(samples, conversations)
+        report["questions"] = len(qs)
+        tokens = lambda: s.reader.counter.snapshot()["tokens"]  # noqa: E731
+        report["strategies"] = await asyncio.to_thread(evaluate_strategies, s.service, qs, list(strategies), budgets, tenant, k, tokens, progress)
+        report["refused_connections"] = len(s.refused)
+        report["reader_requests"] = s.reader.counter.snapshot()["requests"]
     if out is not None:
         write_json(report, out)
     return report
