@@ -33,8 +33,9 @@ import tempfile
 import threading
 import time
 import uuid
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -43,6 +44,7 @@ from infra.settings import Settings  # noqa: E402
 from schemas.ports.views import VIEW_NAMES  # noqa: E402
 from schemas.query import SearchRequest  # noqa: E402
 from services.eval.locomo import ask, evaluate_strategies, ingest, percentile, questions  # noqa: E402
+from services.bench.procfs import cpu_seconds  # noqa: E402
 from services.query import zeromem  # noqa: E402
 from services.query.service import QueryService, default_strategies  # noqa: E402
 from services.runtime import build_pipeline  # noqa: E402
@@ -122,6 +124,18 @@ async def dense_ready(settings: Settings, end: dict, t_first: float) -> float:
     return time.perf_counter() - t_first
 
 
+@contextmanager
+def serving(registry: Registry, strategies: dict | None = None, **views_options) -> Iterator[QueryService]:
+    """A started query service over live views of `registry`'s stores, closed after."""
+    views = LiveViews(registry, **views_options)
+    try:
+        service = QueryService(views, registry.encoder(), registry.extractor(), strategies=strategies)
+        service.start()
+        yield service
+    finally:
+        views.close()
+
+
 def reads_overlapped_vs_in_order(registry: Registry, qs) -> dict:
     """Zero-Mem with its independent engine reads overlapped (the default) and one after the
     other (QueryContext.overlap off), alternating question by question on the same views: the
@@ -132,13 +146,9 @@ def reads_overlapped_vs_in_order(registry: Registry, qs) -> dict:
             return fn(ctx)
         return run
 
-    views = LiveViews(registry)
-    services = {"overlapped": QueryService(views, registry.encoder(), registry.extractor()),
-                "in_order": QueryService(views, registry.encoder(), registry.extractor(),
-                                         strategies={**default_strategies(), "zero-mem": in_order(zeromem.strategy("zero-mem"))})}
-    try:
-        for service in services.values():
-            service.start()
+    with serving(registry) as overlapped, \
+            serving(registry, {**default_strategies(), "zero-mem": in_order(zeromem.strategy("zero-mem"))}) as sequential:
+        services = {"overlapped": overlapped, "in_order": sequential}
         latencies: dict[str, list[float]] = {name: [] for name in services}
         identical = 0
         for n, q in enumerate(qs):
@@ -148,8 +158,6 @@ def reads_overlapped_vs_in_order(registry: Registry, qs) -> dict:
                 latencies[name].append(ms)
                 evidence[name] = [e.unit_id for e in resp.evidence]
             identical += evidence["overlapped"] == evidence["in_order"]
-    finally:
-        views.close()
     out: dict = {name: {"p50": round(percentile(v, 50), 2), "p95": round(percentile(v, 95), 2)} for name, v in latencies.items()}
     out["ratio_in_order_over_overlapped"] = {p: round(out["in_order"][p] / out["overlapped"][p], 2) for p in ("p50", "p95")}
     out.update(questions=len(qs), identical_evidence=identical)
@@ -157,17 +165,15 @@ def reads_overlapped_vs_in_order(registry: Registry, qs) -> dict:
 
 
 def _server_cpu_ms() -> dict[str, float]:
-    """CPU time (user + system, ms) each test server has used so far, from its pid file and
-    /proc (a server given from outside without its state directory is left out)."""
+    """CPU time (ms) each test server has used so far, found by its pid file (a server given
+    from outside without its state directory is left out)."""
     out = {}
     for name in ("kafka", "opensearch", "neo4j", "qdrant"):
         state = servers.server_data_dir(name)
         try:
-            pid = (state / f"{name}.pid").read_text().split()[0]
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[name] = cpu_seconds((state / f"{name}.pid").read_text().split()[0]) * 1000
         except (OSError, TypeError, IndexError):
             continue
-        out[name] = (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
     return out
 
 
@@ -176,11 +182,8 @@ def cpu_per_query(registry: Registry, qs, strategies) -> dict:
     (the query service: drivers, decoding, the method) and of each server, per query. On a
     machine whose cores the servers share, their sum over the cores is a floor for latency
     that no overlapping of round trips can go below."""
-    views = LiveViews(registry)
-    service = QueryService(views, registry.encoder(), registry.extractor())
     out = {}
-    try:
-        service.start()
+    with serving(registry) as service:
         for strategy in strategies:
             cpu0, own0, wall0 = _server_cpu_ms(), time.process_time(), time.perf_counter()
             for q in qs:
@@ -191,19 +194,12 @@ def cpu_per_query(registry: Registry, qs, strategies) -> dict:
             row["cpu_ms_total"] = sum(v for k, v in row.items() if k.endswith("_cpu_ms"))
             row["cores_busy"] = row["cpu_ms_total"] / row["wall_ms"]
             out[strategy] = {k: round(v, 2) for k, v in row.items()}
-    finally:
-        views.close()
     return {"cores": os.cpu_count(), "strategies": out}
 
 
 def evaluate(settings: Settings, registry: Registry, qs, strategies, budgets) -> dict:
-    views = LiveViews(registry)
-    service = QueryService(views, registry.encoder(), registry.extractor())
-    service.start()
-    try:
+    with serving(registry) as service:
         return evaluate_strategies(service, qs, list(strategies), budgets, TENANT, 5)
-    finally:
-        views.close()
 
 
 async def replay_under_queries(settings: Settings, registry: Registry, qs, log) -> dict:

@@ -100,7 +100,7 @@ def open_client(location: str | QdrantClient) -> QdrantClient:
     the same API in-process, one process per directory). Local mode opens its storage here."""
     if isinstance(location, QdrantClient):
         return location
-    if location.startswith(("http://", "https://")):
+    if is_server(location):
         return QdrantClient(url=location, check_compatibility=False)
     if location == ":memory:":
         return QdrantClient(location=":memory:")
@@ -116,6 +116,13 @@ def grpc_points(client: QdrantClient):
     in requirements.lock and both paths run in the contract suite (qdrant-server-grpc/-rest)."""
     remote = getattr(client, "_client", None)
     return remote.grpc_points if getattr(remote, "_prefer_grpc", False) else None
+
+
+def is_server(location: str | QdrantClient) -> bool:
+    """A Qdrant server (reads are round trips), not qdrant-client's in-process local mode."""
+    if isinstance(location, QdrantClient):
+        return not is_local(location)
+    return location.startswith(("http://", "https://"))
 
 
 def is_local(client: QdrantClient) -> bool:
@@ -291,10 +298,7 @@ class QdrantViewBase:
 
     @property
     def remote(self) -> bool:
-        """A Qdrant server (reads are round trips); not qdrant-client's in-process local mode."""
-        if isinstance(self.location, QdrantClient):
-            return not is_local(self.location)
-        return self.location.startswith(("http://", "https://"))
+        return is_server(self.location)
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:

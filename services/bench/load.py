@@ -38,7 +38,7 @@ import httpx
 import numpy as np
 
 from schemas.errors import BadRequest
-from services.bench.procfs import rss_mb
+from services.bench.procfs import cpu_seconds, rss_mb
 
 QUESTIONS = ["Who planned the ferry to Lisbon?", "What was the weather on day 40?", "Which market did Mira visit in Kyoto?",
              "When did Grace talk about the concert?", "What did Linus say about Nairobi?"]
@@ -92,16 +92,10 @@ def _slope_per_minute(series: list[tuple[float, float]]) -> float | None:
     return float(np.polyfit(t - t[0], y, 1)[0])
 
 
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
 def _proc_sample(pid: int) -> tuple[float, int, float] | None:
     """(RSS MB, open files, CPU seconds so far) of a process."""
     try:
-        rss = rss_mb(pid)
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        cpu = (int(stat[11]) + int(stat[12])) / _TICKS  # utime + stime
-        return rss, len(os.listdir(f"/proc/{pid}/fd")), cpu
+        return rss_mb(pid), len(os.listdir(f"/proc/{pid}/fd")), cpu_seconds(pid)
     except (OSError, KeyError, IndexError, ValueError):
         return None
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def status_mb(pid: int | str = "self", keys: tuple[str, ...] = ("VmRSS",)) -> dict[str, float]:
@@ -17,3 +20,9 @@ def status_mb(pid: int | str = "self", keys: tuple[str, ...] = ("VmRSS",)) -> di
 
 def rss_mb(pid: int | str = "self") -> float:
     return status_mb(pid)["VmRSS"]
+
+
+def cpu_seconds(pid: int | str = "self") -> float:
+    """CPU time (user + system) the process has used so far, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
