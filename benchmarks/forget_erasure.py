@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/forget_erasure.py [--locomo PATH] [--forgets 5] [--out FILE]
 
-The lexical view (tantivy) erases by rebuilding its index from the ledger's `docs` table into a
-fresh directory (infra/lexical/tantivy.py); the SQLite views erase with secure_delete and a WAL
+The lexical view (tantivy) erases by rebuilding the tenant's index from the ledger's `docs` table
+into a fresh directory (infra/lexical/tantivy.py); the SQLite views erase with secure_delete and a WAL
 truncated after the change set (infra/sqlite_base.py). No model runs: the split's turns become
 units and documents exactly as the hierarchy and lexical projections make them, written one
 change set per session (as ingest writes them), then single turns and whole conversations are
@@ -103,7 +103,7 @@ def run(path: Path, forgets: int, seed: int) -> dict:
             store = open_store(d)
             if not erase:  # the same forget without its erasure step
                 if hasattr(store, "_rebuild"):
-                    store._rebuildable = False
+                    store._rebuild = lambda *a, **k: None
                 store._truncate_wal = lambda *a, **k: None
                 ledger = getattr(store, "_ledger", None)
                 if ledger is not None:
@@ -131,8 +131,8 @@ def run(path: Path, forgets: int, seed: int) -> dict:
                         "forget_turn_ms_median": round(1000 * statistics.median(timings["turn"]), 1),
                         "forget_turn_ms_max": round(1000 * max(timings["turn"]), 1),
                         "forget_conversation_ms": [round(1000 * x, 1) for x in timings["conversation"]]}
-            if hasattr(store, "index"):
-                out[key]["documents_after"] = store._current_searcher().num_docs
+            if hasattr(store, "_rebuild"):
+                out[key]["documents_after"] = len(store.canonical_dump()["docs"])
             store.close()
             shutil.rmtree(d, ignore_errors=True)
         report[name] = out

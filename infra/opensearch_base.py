@@ -293,11 +293,26 @@ class OpenSearchViewBase:
             with self._lock, self._translate("creating indices"):
                 if not self._ready:
                     index_settings = self._settings | ERASURE_SETTINGS
-                    settings = {"index": index_settings} | ({"analysis": self._analysis()} if self._analysis() else {})
-                    self._create(client, self.index, {"settings": settings, "mappings": self._mappings()})
+                    if self._shared_document_index(client):
+                        self._create(client, self.index, self._index_body())
                     self._create(client, self.ledger_index, {"settings": {"index": index_settings}, "mappings": _LEDGER_MAPPINGS})
                     self._ready = True
         return client
+
+    def _shared_document_index(self, client: OpenSearch) -> bool:
+        """Whether this generation keeps its documents in the one index `self.index` (made at
+        start). The lexical view keeps one index per tenant instead (infra/lexical/opensearch.py)."""
+        return True
+
+    def _document_indices(self) -> list[str]:
+        """The document indices the current change set wrote: refreshed at its commit, and
+        recorded for erasure when it forgets."""
+        return [self.index]
+
+    def _index_body(self) -> dict:
+        """Settings and mappings of a document index of this view."""
+        settings = {"index": self._settings | ERASURE_SETTINGS} | ({"analysis": self._analysis()} if self._analysis() else {})
+        return {"settings": settings, "mappings": self._mappings()}
 
     def _create(self, client: OpenSearch, name: str, body: dict) -> None:
         if client.indices.exists(index=name):
@@ -470,7 +485,7 @@ class OpenSearchViewBase:
         turns), bump versions, then record the positions (last)."""
         faults.hit("view-written")  # crash tests (schemas/faults.py): documents written, positions not
         client = self._os()
-        client.indices.refresh(index=f"{self.index},{self.ledger_index}")
+        client.indices.refresh(index=",".join([*self._document_indices(), self.ledger_index]))
         if change is not None and (change.forgets or change.delete_turns):
             self._record_erasure()
         self._bulk([{"_op_type": "index", "_index": self.ledger_index, "_id": _conv_doc_id(t, c),
@@ -504,7 +519,7 @@ class OpenSearchViewBase:
         this change set is at or below it (call after the writes, before the positions)."""
         pending = self._pending()
         targets = {i: dict(shards) for i, shards in pending["targets"].items()}
-        for index in (self.index, self.ledger_index):
+        for index in (*self._document_indices(), self.ledger_index):
             for shard, copies in self._shards(index).items():
                 seq = max(c["seq_no"]["max_seq_no"] for c in copies)
                 targets.setdefault(index, {})[shard] = max(seq, targets.get(index, {}).get(shard, -1))

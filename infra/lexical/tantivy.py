@@ -1,41 +1,57 @@
-"""Embedded lexical view: BM25 with tantivy (Rust), ledger and positions in SQLite.
+"""Embedded lexical view: BM25 with tantivy (Rust), one index per tenant; ledger and positions in SQLite.
 
 Measured on the LoCoMo dev turns with a conversation filter (benchmarks/lexical_engines.py):
-tantivy answers in ~0.3 ms p50 where SQLite FTS5 needs ~3.5 ms, so tantivy it is. Tantivy has
-no transactions shared with SQLite, so a change set is applied as: index writes + tantivy
-commit, *then* ledger + positions in one SQLite transaction. A crash in between replays the
-batch — but a replay need not write the same documents: a turn whose key a forget destroyed
-meanwhile is skipped, so an episode or turn document the crashed attempt committed might never
-be rewritten or deleted. So the index is treated as a copy of the ledger's `docs` table (below)
-with a dirty list: before the index writes, the ids they touch are recorded in the ledger
-(`pending`, made durable first), and the ledger transaction that follows clears it. A writer
-that finds it set (the previous one died in between) first makes those ids in the index equal
-to the `docs` table again (or rebuilds, for a forget), then goes on.
+tantivy answers in ~0.3 ms p50 where SQLite FTS5 needs ~3.5 ms, so tantivy it is.
 
-Filter clauses (tenant, kind, boundary) are wrapped in constant-score queries so that the
-score of a hit is the BM25 score of its text alone.
+One tantivy index per tenant. BM25's statistics (document count, each term's document
+frequency, average length) are an index's, so with one shared index a tenant's scores moved
+whenever another tenant wrote: a side channel (a planted word's score tells how many documents
+of all tenants hold it) and a recall that drifted with the fleet around a tenant (README, Scale).
+tantivy-py cannot take statistics from outside the index, so the index is the tenant's. The
+`tenant_index` table maps a tenant to its directory under `tenants/`; a tenant's first write
+creates it. Writers are opened per tenant and the least recently used are closed past
+`_MAX_WRITERS` (~6 MB each); readers keep up to `_MAX_READERS` tenants' searchers open.
+
+Tantivy has no transactions shared with SQLite, so a change set is applied as: index writes +
+tantivy commits, *then* ledger + positions in one SQLite transaction. A crash in between replays
+the batch — but a replay need not write the same documents: a turn whose key a forget destroyed
+meanwhile is skipped, so an episode or turn document the crashed attempt committed might never
+be rewritten or deleted. So the indexes are treated as a copy of the ledger's `docs` table
+(below) with a dirty list: before the index writes, the (tenant, id) pairs they touch are
+recorded in the ledger (`pending`, made durable first), and the ledger transaction that follows
+clears it. A writer that finds it set (the previous one died in between) first makes those ids
+equal to the `docs` table again (or rebuilds those tenants, for a forget), then goes on.
+
+Filter clauses (kind, boundary) are wrapped in constant-score queries so that the score of a hit
+is the BM25 score of its text alone.
 
 Erasure by rebuild. A tantivy delete only marks documents: their stored body (LZ4 blocks, in
 which a word is readable) and their terms stay in the segment files until a merge, which
 tantivy-py 0.27 cannot force. So a change set that forgets or deletes turns is followed by a
-rebuild: every live document is also kept in the ledger's `docs` table (SQLite, which erases
-physically: infra/sqlite_base.py), a fresh index is written from it into a new directory
-(`index-<n>`), the ledger's `index_dir` pointer and `commits` counter switch readers to it in
-one transaction (readers in any process follow `commits` and reopen), and the old directory is
-deleted. The positions are written in that same switching transaction, so when they show the
-forget, no file of the store holds it (a reader process that still has the old files open keeps
-their blocks allocated until it reopens, at its next query, but no path leads to them). A crash
-before the switch replays the step; the writer deletes an unfinished or replaced directory when
-it starts. Cost: the whole index is rewritten per forget — 0.53 s per forgotten turn on the
-LoCoMo dev split's 2,760 turns vs 0.02 s without the rebuild (`benchmarks/forget_erasure.py`).
+rebuild of the tenants it touched: every live document is also kept in the ledger's `docs` table
+(SQLite, which erases physically: infra/sqlite_base.py), a fresh index of the tenant is written
+from it into a new directory, the tenant's pointer and the `commits` counter switch readers to
+it in one transaction (readers in any process follow `commits` and reopen), and the old
+directory is deleted. The positions are written in that same switching transaction, so when they
+show the forget, no file of the store holds it (a reader process that still has the old files
+open keeps their blocks allocated until it reopens, at its next query, but no path leads to
+them). A crash before the switch replays the step; the writer deletes unfinished or replaced
+directories when it starts. Cost: the tenant's index is rewritten per forget, so it grows with
+the tenant, not with the deployment (`benchmarks/forget_erasure.py`).
+
+Generations written before per-tenant indexes (one shared `index*` directory) are read as they
+are until the writer's first write, which rebuilds them per tenant from the `docs` table (one
+written before the `docs` table existed refuses writes and asks for a replay).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
 import threading
+from collections import OrderedDict
 from datetime import datetime
 from pathlib import Path
 
@@ -52,13 +68,19 @@ from schemas.text import words
 log = logging.getLogger(__name__)
 
 _RAW = "raw"
-_FIRST_DIR = "index"
+_TENANTS = "tenants"  # per-tenant index directories: tenants/<digest of the tenant id>-<n>
+_SHARED = "index"  # the one shared index of generations written before per-tenant indexes
+_MAX_WRITERS = 8
+_MAX_READERS = 256
+_WRITER_HEAP = 16_000_000  # per tenant writer (tantivy's minimum is 15 MB per thread); a rebuild uses writer_heap
 _DOCS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS docs (
     unit_id TEXT PRIMARY KEY, kind TEXT NOT NULL, tenant_id TEXT NOT NULL, conversation_id TEXT NOT NULL,
     session_id TEXT NOT NULL, agent_ids TEXT NOT NULL, occurred_from TEXT NOT NULL, occurred_to TEXT NOT NULL, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS docs_scope ON docs (tenant_id, conversation_id, session_id);
+CREATE TABLE IF NOT EXISTS tenant_index (tenant_id TEXT PRIMARY KEY, dir TEXT NOT NULL);
 """
+_DOC_COLUMNS = "unit_id, kind, tenant_id, conversation_id, session_id, agent_ids, occurred_from, occurred_to, body"
 
 
 def _micros(t: datetime) -> int:
@@ -66,7 +88,7 @@ def _micros(t: datetime) -> int:
 
 
 def _row_doc(r: tuple) -> LexicalDoc:
-    """A `docs` row (unit_id, kind, tenant_id, conversation_id, session_id, agent_ids, occurred_from, occurred_to, body)."""
+    """A `docs` row (_DOC_COLUMNS) as a document."""
     return LexicalDoc(r[0], r[1], r[8], r[2], r[3], r[4], tuple(json.loads(r[5])), datetime.fromisoformat(r[6]), datetime.fromisoformat(r[7]))
 
 
@@ -100,46 +122,36 @@ class TantivyLexicalIndex:
         self.directory = Path(directory)
         self.generation = generation
         self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / _TENANTS).mkdir(exist_ok=True)
         self._ledger = _Ledger(self.directory / "ledger.sqlite", generation)
         self.schema = _schema()
-        self._writer: tantivy.IndexWriter | None = None
+        self._parser = tantivy.Index(self.schema)  # in memory: parses query text with the same analyzers
         self._writer_heap = writer_heap
         self._lock = threading.RLock()
-        self._searcher_version: int | None = None
-        self._searcher: tantivy.Searcher | None = None
-        self._index_dir, self.index = self._open(self._pointer()[0])
+        self._writers: OrderedDict[str, tuple[str, tantivy.IndexWriter]] = OrderedDict()  # tenant -> (dir, writer)
+        self._readers: OrderedDict[str, tuple[str, int, tantivy.Index, tantivy.Searcher]] = OrderedDict()  # tenant -> (dir, commits, ...)
+        self._shared: tuple[int, tantivy.Index, tantivy.Searcher] | None = None  # an old generation's one index, until migrated
+        self._prepared = False  # the writer's start-up work (_prepare_writes) done
         self._rebuildable = self._docs_kept()
-
-    # -- index directories -----------------------------------------------------------------
-    def _pointer(self) -> tuple[str, int]:
-        """(index directory, commits counter), read together: readers follow both."""
-        rows = dict(self._ledger._conn().execute("SELECT key, value FROM meta WHERE key IN ('index_dir', 'commits')").fetchall())
-        return rows.get("index_dir", _FIRST_DIR), int(rows.get("commits", 0))
-
-    def _open(self, name: str) -> tuple[str, tantivy.Index]:
-        """(directory name, index) of the pointer's directory. A fresh generation's first index
-        is made on first open; nothing else is ever created here, so a directory a rebuild just
-        deleted is not brought back empty (the pointer, read again, names its successor)."""
-        path = self.directory / name
-        if name == _FIRST_DIR and not (path / "meta.json").exists():
-            current = self._pointer()[0]
-            if current != _FIRST_DIR:
-                return self._open(current)
-            path.mkdir(parents=True, exist_ok=True)
-            return name, tantivy.Index(self.schema, path=str(path))
-        return name, tantivy.Index.open(str(path))
 
     def _docs_kept(self) -> bool:
         """Whether the ledger's `docs` table holds every document (so a rebuild loses nothing):
-        true for generations created since it exists. An older generation's index is erased only
-        by a replay (a warning says so at each forget)."""
+        true for generations created since it exists. A fresh generation starts with the
+        per-tenant layout. An older generation without it is read as it is and refuses writes
+        until a replay rebuilds it."""
         if self._ledger.meta("docs") == "1":
             return True
         c = self._ledger._conn()
-        if c.execute("SELECT 1 FROM turns LIMIT 1").fetchone() is None and self.index.searcher().num_docs == 0:
-            c.execute("INSERT OR REPLACE INTO meta VALUES ('docs', '1')")
+        fresh = c.execute("SELECT 1 FROM turns LIMIT 1").fetchone() is None and not (self.directory / _SHARED / "meta.json").exists() \
+            and not any(self.directory.glob(f"{_SHARED}-*"))
+        if fresh:
+            with self._ledger._lock, self._ledger._tx() as tx:
+                tx.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [("docs", "1"), ("layout", _TENANTS)])
             return True
         return False
+
+    def _per_tenant(self) -> bool:
+        return self._ledger.meta("layout") == _TENANTS
 
     # -- ledger delegation ---------------------------------------------------------------
     def positions(self) -> Positions:
@@ -160,47 +172,87 @@ class TantivyLexicalIndex:
     def known_tenant(self, tenant_id: str) -> bool:
         return self._ledger.known_tenant(tenant_id)
 
+    # -- index directories -----------------------------------------------------------------
+    def _dir_of(self, tenant_id: str) -> str | None:
+        row = self._ledger._conn().execute("SELECT dir FROM tenant_index WHERE tenant_id=?", (tenant_id,)).fetchone()
+        return row[0] if row else None
+
+    def _new_dir(self, tenant_id: str, seq: int) -> Path:
+        path = self.directory / _TENANTS / f"{hashlib.sha256(tenant_id.encode()).hexdigest()[:32]}-{seq}"
+        shutil.rmtree(path, ignore_errors=True)  # an unfinished attempt
+        path.mkdir()
+        return path
+
+    def _next_seq(self, n: int = 1) -> int:
+        """The first of n fresh directory numbers (recorded at once: a number is never reused)."""
+        with self._ledger._lock, self._ledger._tx() as c:
+            row = c.execute("SELECT value FROM meta WHERE key='index_seq'").fetchone()
+            first = int(row[0]) + 1 if row else 1
+            c.execute("INSERT OR REPLACE INTO meta VALUES ('index_seq', ?)", (str(first + n - 1),))
+        return first
+
     # -- writes --------------------------------------------------------------------------
     def apply(self, change: LexicalChangeSet, positions: Positions) -> None:
-        """Index writes + commit, then ledger, docs table and versions in one SQLite
-        transaction; then, for a change set that forgets or deletes turns, the rebuild (module
-        docstring). The positions go with the last of those writes."""
-        if erases(change) and not self._rebuildable:
-            log.warning("lexical generation %d predates the docs table: forgotten text stays in its tantivy segments "
-                        "until a replay (memstream replay --projection lexical) rebuilds it", self.generation)
+        """Index writes + commits, then ledger, docs table and versions in one SQLite
+        transaction; then, for a change set that forgets or deletes turns, the rebuild of the
+        tenants it touched (module docstring). The positions go with the last of those writes."""
+        if not self._rebuildable:
+            raise StoreError(f"lexical generation {self.generation} predates the ledger's docs table (and one index per tenant); "
+                             "rebuild it with: memstream replay --projection lexical")
         with self._lock:
-            w = self._writer_()
-            if self._rebuildable:
-                self._mark_pending(change)
+            self._prepare_writes()
+            deletes = list(dict.fromkeys([*change.delete_docs, *change.delete_turns]))
+            owners = self._owners(deletes)
+            tenants = {f.tenant_id for f in change.forgets} | set(owners.values()) | {d.tenant_id for d in change.upsert_docs}
+            self._mark_pending(change, owners)
             scoped = [(forget, self._ledger.turns_in_scope(forget)) for forget in change.forgets]
+            touched_writers: dict[str, tantivy.IndexWriter] = {}
+
+            def writer(tenant_id: str) -> tantivy.IndexWriter | None:
+                if tenant_id not in touched_writers:
+                    touched_writers[tenant_id] = self._writer_for(tenant_id, create=True)
+                return touched_writers[tenant_id]
+
             for forget, turns in scoped:
-                w.delete_documents_by_query(self._scope_query(forget, turns))
-            for uid in [*change.delete_docs, *change.delete_turns]:
-                w.delete_documents_by_term("unit_id", uid)
+                if self._dir_of(forget.tenant_id) is not None:
+                    writer(forget.tenant_id).delete_documents_by_query(self._scope_query(forget, turns))
+            for uid, tenant_id in owners.items():
+                writer(tenant_id).delete_documents_by_term("unit_id", uid)
             for doc in change.upsert_docs:
+                w = writer(doc.tenant_id)
                 w.delete_documents_by_term("unit_id", doc.unit_id)
                 w.add_document(self._document(doc))
-            w.commit()
+            for w in touched_writers.values():
+                w.commit()
             with self._ledger._lock, self._ledger._tx() as c:
                 touched = self._ledger._apply_ledger(c, change)
                 removed = self._apply_docs(c, change, scoped)
                 # A rebuild when documents were removed or replaced (a replaced window held the
                 # forgotten turn's text too); a forget that found nothing here costs nothing.
-                erase = erases(change) and self._rebuildable and bool(removed or change.upsert_docs)
+                erase = erases(change) and bool(removed or change.upsert_docs)
                 touched.update((d.tenant_id, d.conversation_id) for d in change.upsert_docs)
                 if not erase:  # (an erasing change keeps `pending` until its rebuild switches)
                     self._ledger._write_positions(c, positions)
                     c.execute("DELETE FROM meta WHERE key='pending'")
                 self._ledger._bump(c, touched)
-                # Readers (in any process) reload their searcher when this counter moves.
+                # Readers (in any process) reload their searchers when this counter moves.
                 c.execute("INSERT INTO meta VALUES ('commits', '1') ON CONFLICT(key) DO UPDATE SET value=CAST(value AS INTEGER)+1")
             if erase:
-                self._rebuild(positions)
+                self._rebuild(sorted(tenants), positions)
             if erases(change):
                 self._ledger._truncate_wal(self._ledger._conn())
+            self._trim_writers()
+
+    def _owners(self, unit_ids: list[str]) -> dict[str, str]:
+        """unit id -> its tenant, for the ids the docs table holds (the indexes hold no others)."""
+        out: dict[str, str] = {}
+        for chunk in _chunks(unit_ids, 500):
+            out.update(self._ledger._conn().execute(
+                f"SELECT unit_id, tenant_id FROM docs WHERE unit_id IN ({','.join('?' * len(chunk))})", chunk).fetchall())
+        return out
 
     def _apply_docs(self, c, change: LexicalChangeSet, scoped: list[tuple[Forget, list]]) -> int:
-        """The docs table follows the index exactly (it is what a rebuild reads). Returns how
+        """The docs table follows the indexes exactly (it is what a rebuild reads). Returns how
         many documents were deleted."""
         removed = 0
         for forget, turns in scoped:
@@ -217,80 +269,140 @@ class TantivyLexicalIndex:
              d.occurred_to.isoformat(), d.text) for d in change.upsert_docs])
         return removed
 
+    def _writer_for(self, tenant_id: str, create: bool) -> tantivy.IndexWriter | None:
+        """The tenant's open writer; its index is made (and recorded) on its first write."""
+        name = self._dir_of(tenant_id)
+        got = self._writers.get(tenant_id)
+        if got is not None and got[0] == name:
+            self._writers.move_to_end(tenant_id)
+            return got[1]
+        if got is not None:  # its directory was replaced by a rebuild
+            self._close_writer(tenant_id)
+        if name is None:
+            if not create:
+                return None
+            path = self._new_dir(tenant_id, self._next_seq())
+            index = tantivy.Index(self.schema, path=str(path))
+            name = path.name
+            # The pointer is durable before any document goes in, so the start-up sweep never
+            # takes the directory for an unfinished rebuild.
+            with self._ledger._lock, self._ledger._tx() as c:
+                c.execute("INSERT INTO tenant_index VALUES (?, ?)", (tenant_id, name))
+        else:
+            index = tantivy.Index.open(str(self.directory / _TENANTS / name))
+        w = index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        self._writers[tenant_id] = (name, w)
+        return w
+
+    def _close_writer(self, tenant_id: str) -> None:
+        _, w = self._writers.pop(tenant_id)
+        w.wait_merging_threads()  # (consumes the writer; every write of it was committed in its apply)
+
+    def _trim_writers(self) -> None:
+        while len(self._writers) > _MAX_WRITERS:
+            self._close_writer(next(iter(self._writers)))
+
     @classmethod
     def restore(cls, directory: str | Path, generation: int) -> bool:
         """Bring back a generation from its ledger alone — what a backup keeps (services/backup.py):
-        the index is written afresh from the docs table. False when the generation keeps no docs
-        table (it predates it): then a replay must rebuild it."""
+        every tenant's index is written afresh from the docs table. False when the generation
+        keeps no docs table (it predates it): then a replay must rebuild it."""
         ledger = _Ledger(Path(directory) / "ledger.sqlite", generation)
         try:
             if ledger.meta("docs") != "1":
                 return False
-            with ledger._lock, ledger._tx() as c:  # the backup has no index directory: start from an empty one
-                c.execute("INSERT OR REPLACE INTO meta VALUES ('index_dir', ?)", (_FIRST_DIR,))
+            with ledger._lock, ledger._tx() as c:  # the backup has no index directories: start from none
+                c.execute("DELETE FROM tenant_index")
+                c.execute("DELETE FROM meta WHERE key IN ('index_dir', 'pending')")
+                c.execute("INSERT OR REPLACE INTO meta VALUES ('layout', ?)", (_TENANTS,))
         finally:
             ledger.close()
         index = cls(directory, generation)
         try:
             with index._lock:
-                index._rebuild(index.positions())
+                index._rebuild(index._docs_tenants(), index.positions())
         finally:
             index.close()
         return True
 
-    def _rebuild(self, positions: Positions) -> None:
-        """Write a fresh index from the docs table into a new directory, switch the pointer and
-        the positions in one transaction, delete the old directory."""
-        old = self._index_dir
-        seq = int(self._ledger.meta("index_seq") or 0) + 1
-        name = f"index-{seq}"
-        path = self.directory / name
-        shutil.rmtree(path, ignore_errors=True)  # an unfinished attempt
-        path.mkdir()
-        fresh = tantivy.Index(self.schema, path=str(path))
-        w = fresh.writer(heap_size=self._writer_heap, num_threads=1)
-        rows = self._ledger._conn().execute("SELECT unit_id, kind, tenant_id, conversation_id, session_id, agent_ids, occurred_from, "
-                                            "occurred_to, body FROM docs ORDER BY unit_id")
-        for r in rows:
-            w.add_document(self._document(_row_doc(r)))
-        w.commit()
-        w.wait_merging_threads()  # (consumes the writer) the new directory is complete and closed
-        if self._writer is not None:
-            self._writer.wait_merging_threads()
-            self._writer = None
-        with self._ledger._lock, self._ledger._tx() as c:
-            c.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [("index_dir", name), ("index_seq", str(seq))])
-            c.execute("DELETE FROM meta WHERE key='pending'")  # the new index is the docs table exactly
-            c.execute("INSERT INTO meta VALUES ('commits', '1') ON CONFLICT(key) DO UPDATE SET value=CAST(value AS INTEGER)+1")
-            self._ledger._write_positions(c, positions)
-        self.index, self._index_dir, self._searcher, self._searcher_version = fresh, name, None, None
-        shutil.rmtree(self.directory / old, ignore_errors=True)
+    def _docs_tenants(self) -> list[str]:
+        return [r[0] for r in self._ledger._conn().execute("SELECT DISTINCT tenant_id FROM docs ORDER BY tenant_id")]
 
-    def _writer_(self) -> tantivy.IndexWriter:
-        if self._writer is None:
-            # The one writer (the pipeline's writer lock) removes what a crashed rebuild left:
-            # an unfinished new directory or a replaced old one.
-            for stale in self.directory.glob("index*"):
-                if stale.is_dir() and stale.name != self._index_dir:
-                    shutil.rmtree(stale, ignore_errors=True)
-            self._writer = self.index.writer(heap_size=self._writer_heap, num_threads=1)
-            if self._ledger.meta("pending") is not None:
-                self._recover()
-                if self._writer is None:  # it rebuilt: a new directory, a new writer
-                    self._writer = self.index.writer(heap_size=self._writer_heap, num_threads=1)
-        return self._writer
+    def _rebuild(self, tenants: list[str], positions: Positions | None) -> None:
+        """Write each tenant's index afresh from the docs table into a new directory; then switch
+        the pointers (and the positions, when given) in one transaction and delete the old
+        directories. A tenant with no documents left loses its index."""
+        if not tenants:
+            return
+        first = self._next_seq(len(tenants))
+        built: dict[str, str | None] = {}
+        for n, tenant_id in enumerate(tenants):
+            rows = self._ledger._conn().execute(f"SELECT {_DOC_COLUMNS} FROM docs WHERE tenant_id=? ORDER BY unit_id", (tenant_id,))
+            first_row = rows.fetchone()
+            if first_row is None:
+                built[tenant_id] = None
+                continue
+            path = self._new_dir(tenant_id, first + n)
+            w = tantivy.Index(self.schema, path=str(path)).writer(heap_size=self._writer_heap, num_threads=1)
+            w.add_document(self._document(_row_doc(first_row)))
+            for r in rows:
+                w.add_document(self._document(_row_doc(r)))
+            w.commit()
+            w.wait_merging_threads()  # (consumes the writer) the new directory is complete and closed
+            built[tenant_id] = path.name
+        old = {t: self._dir_of(t) for t in tenants}
+        for tenant_id in tenants:
+            if tenant_id in self._writers:
+                self._close_writer(tenant_id)
+            self._readers.pop(tenant_id, None)
+        with self._ledger._lock, self._ledger._tx() as c:
+            for tenant_id, name in built.items():
+                if name is None:
+                    c.execute("DELETE FROM tenant_index WHERE tenant_id=?", (tenant_id,))
+                else:
+                    c.execute("INSERT OR REPLACE INTO tenant_index VALUES (?, ?)", (tenant_id, name))
+            c.execute("DELETE FROM meta WHERE key='pending'")  # the new indexes are the docs table exactly
+            c.execute("INSERT INTO meta VALUES ('commits', '1') ON CONFLICT(key) DO UPDATE SET value=CAST(value AS INTEGER)+1")
+            if positions is not None:
+                self._ledger._write_positions(c, positions)
+        for name in old.values():
+            if name is not None:
+                shutil.rmtree(self.directory / _TENANTS / name, ignore_errors=True)
+
+    def _prepare_writes(self) -> None:
+        """The writer's start-up work, once per process (the pipeline's writer lock makes it the
+        only writer): rebuild an old shared-index generation per tenant, remove what a crashed
+        rebuild left (unfinished or replaced directories), undo an interrupted write."""
+        if self._prepared:
+            return
+        if not self._per_tenant():
+            tenants = self._docs_tenants()
+            log.warning("lexical generation %d: moving to one index per tenant (%d tenants), rebuilt from its ledger", self.generation, len(tenants))
+            self._rebuild(tenants, None)  # (clears `pending`: the rebuilt indexes are the docs table)
+            with self._ledger._lock, self._ledger._tx() as c:
+                c.execute("INSERT OR REPLACE INTO meta VALUES ('layout', ?)", (_TENANTS,))
+                c.execute("DELETE FROM meta WHERE key='index_dir'")
+                c.execute("INSERT INTO meta VALUES ('commits', '1') ON CONFLICT(key) DO UPDATE SET value=CAST(value AS INTEGER)+1")
+        live = {r[0] for r in self._ledger._conn().execute("SELECT dir FROM tenant_index")}
+        for stale in [*(self.directory / _TENANTS).iterdir(), *self.directory.glob(f"{_SHARED}*")]:
+            if stale.is_dir() and stale.name not in live:
+                shutil.rmtree(stale, ignore_errors=True)
+        self._recover()
+        self._prepared = True
 
     # -- the dirty list (module docstring) ------------------------------------------------
-    def _mark_pending(self, change: LexicalChangeSet) -> None:
-        """Record, durably, which documents the index writes that follow may touch: their ids, or
-        every document ("*") when the change erases (a forget's scope is found by query, and an
-        interrupted erasure must still end in a rebuild)."""
+    def _mark_pending(self, change: LexicalChangeSet, owners: dict[str, str]) -> None:
+        """Record, durably, which documents the index writes that follow may touch: their
+        (tenant, id) pairs, or the tenants to rebuild when the change erases (a forget's scope is
+        found by query, and an interrupted erasure must still end in a rebuild)."""
         if not (change.forgets or change.delete_turns or change.delete_docs or change.upsert_docs):
             return
         if erases(change):
-            pending = "*"
+            tenants = {f.tenant_id for f in change.forgets} | set(owners.values()) | {d.tenant_id for d in change.upsert_docs}
+            pending = json.dumps({"rebuild": sorted(tenants)})
         else:
-            pending = json.dumps(sorted({*change.delete_docs, *change.delete_turns, *(d.unit_id for d in change.upsert_docs)}))
+            pairs = {*((t, uid) for uid, t in owners.items()), *((d.tenant_id, d.unit_id) for d in change.upsert_docs)}
+            pending = json.dumps({"ids": sorted(pairs)})
         c = self._ledger._conn()
         # FULL for this one commit: the record must be on disk before the index commit is, or a
         # power cut could keep the index's writes and lose the record of them.
@@ -302,28 +414,35 @@ class TantivyLexicalIndex:
             c.execute("PRAGMA synchronous=NORMAL")
 
     def _recover(self) -> None:
-        """Undo what a writer that died between its index commit and its ledger transaction left
-        in the index: the recorded ids are made equal to the docs table (the ledger's truth,
-        consistent with the positions), or the whole index is rebuilt from it."""
+        """Undo what a writer that died between its index commits and its ledger transaction
+        left in the indexes: the recorded ids are made equal to the docs table (the ledger's
+        truth, consistent with the positions), or the recorded tenants are rebuilt from it."""
         pending = self._ledger.meta("pending")
         if pending is None:
             return
-        if pending == "*":
-            log.warning("lexical generation %d: a forget was interrupted; rebuilding the index from its ledger", self.generation)
-            self._rebuild(self.positions())
+        got = json.loads(pending)
+        if "rebuild" in got:
+            log.warning("lexical generation %d: a forget was interrupted; rebuilding %d tenants' indexes from the ledger",
+                        self.generation, len(got["rebuild"]))
+            self._rebuild(got["rebuild"], self.positions())
             return
-        ids = json.loads(pending)
-        log.warning("lexical generation %d: the last write was interrupted; restoring %d documents from the ledger", self.generation, len(ids))
-        w = self._writer
-        for uid in ids:
-            w.delete_documents_by_term("unit_id", uid)
-        for chunk in _chunks(ids, 500):
-            rows = self._ledger._conn().execute(
-                "SELECT unit_id, kind, tenant_id, conversation_id, session_id, agent_ids, occurred_from, occurred_to, body "
-                f"FROM docs WHERE unit_id IN ({','.join('?' * len(chunk))})", chunk)
-            for r in rows:
-                w.add_document(self._document(_row_doc(r)))
-        w.commit()
+        pairs = got["ids"]
+        log.warning("lexical generation %d: the last write was interrupted; restoring %d documents from the ledger", self.generation, len(pairs))
+        by_tenant: dict[str, list[str]] = {}
+        for tenant_id, uid in pairs:
+            by_tenant.setdefault(tenant_id, []).append(uid)
+        for tenant_id, ids in by_tenant.items():
+            w = self._writer_for(tenant_id, create=False)
+            if w is None:  # the tenant's index was never made: nothing of it to undo
+                continue
+            for uid in ids:
+                w.delete_documents_by_term("unit_id", uid)
+            for chunk in _chunks(ids, 500):
+                rows = self._ledger._conn().execute(
+                    f"SELECT {_DOC_COLUMNS} FROM docs WHERE tenant_id=? AND unit_id IN ({','.join('?' * len(chunk))})", [tenant_id, *chunk])
+                for r in rows:
+                    w.add_document(self._document(_row_doc(r)))
+            w.commit()
         with self._ledger._lock, self._ledger._tx() as c:
             c.execute("DELETE FROM meta WHERE key='pending'")
             c.execute("INSERT INTO meta VALUES ('commits', '1') ON CONFLICT(key) DO UPDATE SET value=CAST(value AS INTEGER)+1")
@@ -358,24 +477,47 @@ class TantivyLexicalIndex:
         return tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in must])
 
     # -- reads ---------------------------------------------------------------------------
-    def _current_searcher(self) -> tantivy.Searcher:
-        for attempt in range(5):
-            name, version = self._pointer()
-            with self._lock:
-                if self._searcher is not None and version == self._searcher_version:
-                    return self._searcher
-                try:
-                    if name != self._index_dir:  # a rebuild switched directories (in this process or another)
-                        self._index_dir, self.index = self._open(name)
-                    self.index.reload()
-                    self._searcher = self.index.searcher()
-                except (OSError, ValueError) as exc:  # the directory read was replaced meanwhile: read the pointer again
-                    last = exc
-                    self._searcher = None
-                    continue
-                self._searcher_version = version
-                return self._searcher
+    def _searcher(self, tenant_id: str) -> tuple[tantivy.Searcher | None, bool]:
+        """(the searcher over the tenant's documents or None when it has none, whether it is an
+        old generation's shared index, which needs the tenant filter)."""
+        last: Exception | None = None
+        for _attempt in range(5):
+            commits, layout, name = self._ledger._conn().execute(
+                "SELECT (SELECT value FROM meta WHERE key='commits'), (SELECT value FROM meta WHERE key='layout'), "
+                "(SELECT dir FROM tenant_index WHERE tenant_id=?)", (tenant_id,)).fetchone()
+            version = int(commits or 0)
+            try:
+                with self._lock:
+                    if layout != _TENANTS:
+                        return self._shared_searcher(version), True
+                    if name is None:
+                        return None, False
+                    got = self._readers.get(tenant_id)
+                    if got is not None and got[0] == name and got[1] == version:
+                        self._readers.move_to_end(tenant_id)
+                        return got[3], False
+                    index = got[2] if got is not None and got[0] == name else tantivy.Index.open(str(self.directory / _TENANTS / name))
+                    index.reload()
+                    searcher = index.searcher()
+                    self._readers[tenant_id] = (name, version, index, searcher)
+                    self._readers.move_to_end(tenant_id)
+                    while len(self._readers) > _MAX_READERS:
+                        self._readers.popitem(last=False)
+                    return searcher, False
+            except (OSError, ValueError) as exc:  # the directory read was replaced meanwhile: read the pointer again
+                last = exc
+                with self._lock:
+                    self._readers.pop(tenant_id, None)
         raise StoreError(f"the lexical index in {self.directory} could not be opened ({last}); check the directory's files")
+
+    def _shared_searcher(self, version: int) -> tantivy.Searcher:
+        """An old generation's one index (until the writer rebuilds it per tenant)."""
+        if self._shared is None or self._shared[0] != version:
+            name = self._ledger.meta("index_dir") or _SHARED
+            index = tantivy.Index.open(str(self.directory / name))
+            index.reload()
+            self._shared = (version, index, index.searcher())
+        return self._shared[2]
 
     # -- erasure (schemas/ports/views.py) ------------------------------------------------
     erasure_deferred_seconds = 0.0  # the rebuild runs in apply
@@ -386,13 +528,13 @@ class TantivyLexicalIndex:
     def erase_due(self) -> float | None:
         return None
 
-    def _query(self, kind: UnitKind | None, query: str, boundary: Boundary) -> tantivy.Query | None:
+    def _query(self, kind: UnitKind | None, query: str, boundary: Boundary, shared: bool) -> tantivy.Query | None:
         terms = [w.replace("'", "").replace("’", "") for w in words(query)]
         terms = [t for t in terms if t]
         if not terms:
             return None
-        text_q = self.index.parse_query_lenient(" ".join(terms), ["body"])[0]
-        filters = [self._term("tenant_id", boundary.tenant_id)] + ([self._term("kind", kind)] if kind is not None else [])
+        text_q = self._parser.parse_query_lenient(" ".join(terms), ["body"])[0]
+        filters = ([self._term("tenant_id", boundary.tenant_id)] if shared else []) + ([self._term("kind", kind)] if kind is not None else [])
         if boundary.conversation_ids is not None:
             filters.append(tantivy.Query.term_set_query(self.schema, "conversation_id", list(boundary.conversation_ids)))
         if boundary.session_ids is not None:
@@ -408,10 +550,10 @@ class TantivyLexicalIndex:
         )
 
     def score_units(self, kind: UnitKind | None, query: str, boundary: Boundary, limit: int) -> tuple[np.ndarray, np.ndarray]:
-        q = self._query(kind, query, boundary)
+        searcher, shared = self._searcher(boundary.tenant_id)
+        q = self._query(kind, query, boundary, shared) if searcher is not None else None
         if q is None or limit <= 0:
             return np.zeros(0, np.int64), np.zeros(0)
-        searcher = self._current_searcher()
         hits = searcher.search(q, limit, count=False).hits
         if not hits:
             return np.zeros(0, np.int64), np.zeros(0)
@@ -419,26 +561,30 @@ class TantivyLexicalIndex:
         return np.asarray(keys, dtype=np.int64), np.asarray([score for score, _ in hits], dtype=float)
 
     def search(self, kind: UnitKind, query: str, boundary: Boundary, k: int) -> list[Hit]:
-        q = self._query(kind, query, boundary)
+        searcher, shared = self._searcher(boundary.tenant_id)
+        q = self._query(kind, query, boundary, shared) if searcher is not None else None
         if q is None or k <= 0:
             return []
-        searcher = self._current_searcher()
         result = searcher.search(q, k)
         hits = [Hit(searcher.doc(addr)["unit_id"][0], float(score)) for score, addr in result.hits]
         hits.sort(key=lambda h: (-h.score, h.unit_id))
         return hits
 
     def canonical_dump(self) -> dict:
-        searcher = self._current_searcher()
-        result = searcher.search(tantivy.Query.all_query(), max(searcher.num_docs, 1))
-        docs = sorted((d["unit_id"][0], d["body"][0]) for d in (searcher.doc(addr) for _, addr in result.hits))
-        return {"view": self.view, "turns": self._ledger.ledger_dump(), "docs": [list(d) for d in docs]}
+        docs = []
+        tenants = [r[0] for r in self._ledger._conn().execute("SELECT tenant_id FROM tenant_index")] if self._per_tenant() else [None]
+        for tenant_id in tenants:
+            searcher = self._searcher(tenant_id)[0] if tenant_id is not None else self._shared_searcher(-1)
+            result = searcher.search(tantivy.Query.all_query(), max(searcher.num_docs, 1))
+            docs.extend((d["unit_id"][0], d["body"][0]) for d in (searcher.doc(addr) for _, addr in result.hits))
+        return {"view": self.view, "turns": self._ledger.ledger_dump(), "docs": [list(d) for d in sorted(docs)]}
 
     def close(self) -> None:
         with self._lock:
-            if self._writer is not None:
-                self._writer.wait_merging_threads()
-                self._writer = None
+            while self._writers:
+                self._close_writer(next(iter(self._writers)))
+            self._readers.clear()
+            self._shared = None
         self._ledger.close()
 
     def destroy(self) -> None:

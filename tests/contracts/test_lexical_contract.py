@@ -173,7 +173,7 @@ def test_forget_erases_every_byte_of_the_forgotten_turns(index, request, tmp_pat
     if name == "tantivy":  # the positive control saw the segments themselves, not only the ledger: a canary in a
         # .store file proves the scan reads them (LZ4 may encode part of a random canary as a back-reference
         # to bytes seen earlier in its block, so one of the two can be unreadable there as a whole)
-        assert any(any(f.startswith("lexical/index") and f.endswith(".store") for f in files) for files in got["seen_before"].values()), got
+        assert any(any(f.startswith("lexical/tenants/") and f.endswith(".store") for f in files) for files in got["seen_before"].values()), got
     print(f"lexical/{name}: canaries seen before in {got['seen_before']}; erased after {got['erasure_seconds']:.1f} s")
 
 
