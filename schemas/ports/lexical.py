@@ -1,7 +1,9 @@
 """Lexical view port: BM25 over turns, windows and episodes.
 
 `search` returns BM25 scores computed by the engine (tantivy embedded, OpenSearch at scale),
-highest first, only for units inside the boundary. Query text is analysed by the engine
+highest first, only for units inside the boundary. The statistics behind a score (document
+count, term document frequencies, average length) are the boundary's tenant's own: no other
+tenant's documents move it (the adapters keep an index per tenant). Query text is analysed by the engine
 (English stemming); an empty or all-punctuation query returns []. Upserting a unit id replaces
 its document.
 """
@@ -48,6 +50,6 @@ class LexicalIndex(ViewStore, Protocol):
     def score_units(self, kind: UnitKind | None, query: str, boundary: Boundary, limit: int) -> tuple[np.ndarray, np.ndarray]:
         """The same ranking as `search`, as arrays: unit keys (schemas.units.unit_key, int64)
         and BM25 scores. The query side ranks whole boundaries with it. `kind=None` scores
-        every unit kind in one search (term statistics are index-wide, so each unit's score
-        is the one its own kind's search gives)."""
+        every unit kind in one search (term statistics are the tenant's, across kinds, so each
+        unit's score is the one its own kind's search gives)."""
         ...
