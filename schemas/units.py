@@ -71,6 +71,11 @@ def unit_key(unit_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(unit_id.encode("utf-8"), digest_size=8).digest(), "big") >> 1
 
 
+def tenant_digest(tenant_id: str) -> str:
+    """The tenant's part of per-tenant index names (32 hex digits); changing it would orphan existing indexes."""
+    return hashlib.sha256(tenant_id.encode()).hexdigest()[:32]
+
+
 class LogPosition(BaseModel):
     model_config = ConfigDict(frozen=True)
     partition: int

@@ -20,8 +20,6 @@ generation written before this keeps its one shared index `<prefix>-lexical-g<N>
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 from opensearchpy import OpenSearch
 
@@ -30,7 +28,7 @@ from infra.turn_docs import micros
 from schemas.ports.lexical import LexicalChangeSet, LexicalDoc
 from schemas.ports.views import Boundary, Forget, Hit, Positions
 from schemas.text import words
-from schemas.units import UnitKind, unit_key
+from schemas.units import UnitKind, tenant_digest, unit_key
 
 _PAGE = 10_000  # OpenSearch's default max_result_window
 _HIT_FIELDS = "hits.hits._score,hits.hits.fields,hits.hits.sort"  # the response carries nothing else
@@ -90,7 +88,7 @@ class OpenSearchLexicalIndex(OpenSearchViewBase):
     def _tenant_index(self, tenant_id: str) -> str:
         if self._shared:
             return self.index
-        return f"{self.index}-t{hashlib.sha256(tenant_id.encode()).hexdigest()[:32].translate(_LETTERS)}"
+        return f"{self.index}-t{tenant_digest(tenant_id).translate(_LETTERS)}"
 
     def _all_indices(self) -> str:
         return f"{self.index},{self.index}-t*" if self._shared else f"{self.index}-t*"
@@ -150,6 +148,8 @@ class OpenSearchLexicalIndex(OpenSearchViewBase):
             return []
         if self._shared:  # realtime lookups in the one index
             return found_docs(self._os(), self.index, unit_ids, ["tenant_id", "conversation_id"])
+        # Not all_hits: a terms query holds at most 65,536 ids (index.max_terms_count), so the chunks
+        # stay and none needs a scroll; and all_hits passes no request options (ignore_unavailable...).
         out: list[dict] = []
         for start in range(0, len(unit_ids), _PAGE):
             chunk = unit_ids[start:start + _PAGE]

@@ -46,7 +46,6 @@ written before the `docs` table existed refuses writes and asks for a replay).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -62,7 +61,7 @@ from infra.sqlite_base import SqliteViewBase, _chunks, erases, forget_where
 from schemas.errors import StoreError
 from schemas.ports.lexical import LexicalChangeSet, LexicalDoc
 from schemas.ports.views import Boundary, Forget, Hit, Positions
-from schemas.units import UnitKind, unit_key
+from schemas.units import UnitKind, tenant_digest, unit_key
 from schemas.text import words
 
 log = logging.getLogger(__name__)
@@ -178,7 +177,7 @@ class TantivyLexicalIndex:
         return row[0] if row else None
 
     def _new_dir(self, tenant_id: str, seq: int) -> Path:
-        path = self.directory / _TENANTS / f"{hashlib.sha256(tenant_id.encode()).hexdigest()[:32]}-{seq}"
+        path = self.directory / _TENANTS / f"{tenant_digest(tenant_id)}-{seq}"
         shutil.rmtree(path, ignore_errors=True)  # an unfinished attempt
         path.mkdir()
         return path
@@ -204,7 +203,7 @@ class TantivyLexicalIndex:
             deletes = list(dict.fromkeys([*change.delete_docs, *change.delete_turns]))
             owners = self._owners(deletes)
             tenants = {f.tenant_id for f in change.forgets} | set(owners.values()) | {d.tenant_id for d in change.upsert_docs}
-            self._mark_pending(change, owners)
+            self._mark_pending(change, owners, tenants)
             scoped = [(forget, self._ledger.turns_in_scope(forget)) for forget in change.forgets]
             touched_writers: dict[str, tantivy.IndexWriter] = {}
 
@@ -382,6 +381,7 @@ class TantivyLexicalIndex:
             with self._ledger._lock, self._ledger._tx() as c:
                 c.execute("INSERT OR REPLACE INTO meta VALUES ('layout', ?)", (_TENANTS,))
                 c.execute("DELETE FROM meta WHERE key='index_dir'")
+                # Not redundant: _rebuild bumps none when there are no tenants, and the layout switches here.
                 c.execute("INSERT INTO meta VALUES ('commits', '1') ON CONFLICT(key) DO UPDATE SET value=CAST(value AS INTEGER)+1")
         live = {r[0] for r in self._ledger._conn().execute("SELECT dir FROM tenant_index")}
         for stale in [*(self.directory / _TENANTS).iterdir(), *self.directory.glob(f"{_SHARED}*")]:
@@ -391,14 +391,14 @@ class TantivyLexicalIndex:
         self._prepared = True
 
     # -- the dirty list (module docstring) ------------------------------------------------
-    def _mark_pending(self, change: LexicalChangeSet, owners: dict[str, str]) -> None:
+    def _mark_pending(self, change: LexicalChangeSet, owners: dict[str, str], tenants: set[str]) -> None:
         """Record, durably, which documents the index writes that follow may touch: their
         (tenant, id) pairs, or the tenants to rebuild when the change erases (a forget's scope is
-        found by query, and an interrupted erasure must still end in a rebuild)."""
+        found by query, and an interrupted erasure must still end in a rebuild). `tenants`: the
+        tenants the change touches (apply's set)."""
         if not (change.forgets or change.delete_turns or change.delete_docs or change.upsert_docs):
             return
         if erases(change):
-            tenants = {f.tenant_id for f in change.forgets} | set(owners.values()) | {d.tenant_id for d in change.upsert_docs}
             pending = json.dumps({"rebuild": sorted(tenants)})
         else:
             pairs = {*((t, uid) for uid, t in owners.items()), *((d.tenant_id, d.unit_id) for d in change.upsert_docs)}
