@@ -208,6 +208,42 @@ def _summary(values: dict[str, np.ndarray], bank: QuestionBank, cfg: LocoConfig)
     return out
 
 
+def question_keys(qs: Sequence[Question]) -> list[str]:
+    """What pairs a question across two reports (`against`): its conversation and its text."""
+    return [f"{q.conversation}\t{q.question}" for q in qs]
+
+
+def against(report: dict, base: dict, cfg: LocoConfig) -> dict:
+    """This run minus an earlier report on the same questions, per strategy both hold: paired held-out
+    differences with intervals and verdicts. How a setting (a cheaper model, a gate) is judged
+    against the default: each run tunes its own constants per fold, the questions pair them."""
+    keys, base_keys = report["question_keys"], base.get("question_keys")
+    if base_keys is None:
+        raise ValueError("the earlier report has no per-question values (written before they were kept); re-run it")
+    where = {k: i for i, k in enumerate(base_keys)}
+    if len(where) != len(base_keys) or set(where) != set(keys):
+        raise ValueError("the two reports are not on the same questions")
+    order = np.array([where[k] for k in keys])
+    strata = np.array([report["conversations"].index(k.split("\t", 1)[0]) for k in keys])
+    cats = np.array(report["categories"])
+    out = {}
+    for name, s in report["strategies"].items():
+        b = (base["strategies"].get(name) or {}).get("per_question")
+        if not b:
+            continue
+        row = {}
+        for m in OBJECTIVE:
+            a_m, b_m = np.asarray(s["per_question"][m]), np.asarray(b[m])[order]
+            cells = {}
+            for label, mask in [("all", np.ones(len(keys), dtype=bool)), *((n, cats == c) for c, n in CATEGORIES.items())]:
+                if mask.any():
+                    iv = intervals.paired(a_m[mask], b_m[mask], strata[mask], resamples=cfg.resamples, seed=cfg.seed)
+                    cells[label] = {**iv.as_dict(), "verdict": iv.verdict()}
+            row[m] = cells
+        out[name] = row
+    return out
+
+
 def _paired(a: dict[str, np.ndarray], b: dict[str, np.ndarray], bank: QuestionBank, cfg: LocoConfig) -> dict:
     out = {}
     for m in a:
@@ -227,7 +263,8 @@ def evaluate(bank: QuestionBank, cfg: LocoConfig, progress: Callable[[str], None
     search = Search(passes=cfg.fold_passes, only=cfg.only)
     everything = np.arange(len(bank.qs))
     held_out: dict[str, dict[str, np.ndarray]] = {}
-    report: dict = {"strategies": {}, "conversations": bank.conversations, "questions": len(bank.qs)}
+    report: dict = {"strategies": {}, "conversations": bank.conversations, "questions": len(bank.qs),
+                    "question_keys": question_keys(bank.qs)}
     for name in cfg.strategies:
         if name in MODES:
             values = {m: np.zeros(len(bank.qs)) for m in metric_names(bank.budgets)}
@@ -250,7 +287,8 @@ def evaluate(bank: QuestionBank, cfg: LocoConfig, progress: Callable[[str], None
                                                 for c, conv in enumerate(bank.conversations)]}
             progress(f"{name}: " + " ".join(f"{m} {values[m].mean():.4f}" for m in OBJECTIVE) + " (no constants: in = out of sample)")
         held_out[name] = values
-        report["strategies"][name] = {**entry, "loco": _summary(values, bank, cfg)}
+        report["strategies"][name] = {**entry, "loco": _summary(values, bank, cfg),
+                                      "per_question": {m: np.round(values[m], 4).tolist() for m in OBJECTIVE}}
     if "zero-mem" in held_out:
         # zero-mem minus each other strategy on the same questions: for an ablation, what the part it
         # removes adds; for a baseline, the method's margin over it
@@ -265,6 +303,7 @@ def evaluate(bank: QuestionBank, cfg: LocoConfig, progress: Callable[[str], None
         report["selected"] = {"objective": round(score, 4), "changes": _changes(selected, cfg.start),
                               "config": {k: v for k, v in asdict(selected).items() if k != "extra"},
                               "in_sample": {m: round(float(v.mean()), 4) for m, v in in_sample.items()}}
+    report["categories"] = bank.category.tolist()
     report["variants_tried"] = search.tried
     report["procedure"] = {"fold_passes": cfg.fold_passes, "global_passes": cfg.global_passes,
                            "constants": list(search.grid()), "objective": f"mean of {' and '.join(OBJECTIVE)}",

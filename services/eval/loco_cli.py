@@ -5,6 +5,7 @@ connections refused, then tune and score every fold, print the headline table, w
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -14,7 +15,7 @@ from infra.settings import Settings
 from schemas.errors import MemstreamError
 from services.eval import intervals
 from services.eval.locomo import questions, session
-from services.eval.loco import GRID, LocoConfig, QuestionBank, evaluate, markdown, table
+from services.eval.loco import GRID, LocoConfig, QuestionBank, against, evaluate, markdown, table
 from services.reports import write_json
 from streams.sources import locomo
 
@@ -32,6 +33,9 @@ def add_arguments(s) -> None:
     g.add_argument("--resamples", type=int, default=intervals.RESAMPLES, help="bootstrap resamples (default %(default)s)")
     g.add_argument("--seed", type=int, default=intervals.SEED, help="bootstrap seed (default %(default)s)")
     g.add_argument("--markdown", help="also write the report's tables as Markdown here (README's retrieval section)")
+    g.add_argument("--against", metavar="REPORT.json",
+                   help="an earlier --loco report on the same questions (another setting): print and record this run minus "
+                        "it, per strategy, paired per question with 95%% intervals and a verdict")
 
 
 def check(args, strategies: list[str]) -> LocoConfig:
@@ -69,10 +73,27 @@ async def run(path: Path, cfg: LocoConfig, *, conversations: set[str] | None, k:
 
 async def cmd(args, strategies: list[str], settings: Settings) -> int:
     cfg = check(args, strategies)
+    base = None
+    if args.against:  # read before the run: a missing or unreadable report fails in a second, not after ten minutes
+        try:
+            base = json.loads(Path(args.against).read_text())
+        except (OSError, ValueError) as e:
+            raise MemstreamError(f"--against {args.against}: {e}") from e
     report = await run(Path(args.path), cfg, conversations=set(args.conversations.split(",")) if args.conversations else None,
                        k=args.k, settings=settings, data_dir=Path(args.data_dir) if getattr(args, "data_dir", None) else None,
                        out=Path(args.out) if args.out else None)
+    if base is not None:
+        try:
+            report["against"] = {"report": args.against, "strategies": against(report, base, cfg)}
+        except ValueError as e:
+            raise MemstreamError(f"--against {args.against}: {e}") from e
+        if args.out:
+            write_json(report, Path(args.out))
     print(table(report))
+    for name, d in ((report.get("against") or {}).get("strategies") or {}).items():
+        print(f"{name} minus {args.against}: " + ", ".join(
+            f"{m} {d[m]['all']['mean']:+.4f} [{d[m]['all']['ci95'][0]:+.4f}, {d[m]['all']['ci95'][1]:+.4f}] {d[m]['all']['verdict']}"
+            for m in d))
     if args.markdown:
         Path(args.markdown).write_text(markdown(report) + "\n")
     sel = report.get("selected")

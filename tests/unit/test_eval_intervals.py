@@ -67,3 +67,29 @@ def test_rank_metrics_by_hand():
     assert all(v == 0.0 for v in none.values())
     perfect = rank_metrics(["a", "b"] + ranking, {"a", "b"}, n_gold=2)
     assert perfect["ndcg@10"] == pytest.approx(1.0) and perfect["mrr@25"] == 1.0 and perfect["recall@10"] == 1.0
+
+
+def _report(values: dict[str, list[float]], keys: list[str], categories: list[int]) -> dict:
+    return {"question_keys": keys, "categories": categories, "conversations": sorted({k.split("\t")[0] for k in keys}),
+            "strategies": {"zero-mem": {"per_question": values}}}
+
+
+def test_a_run_is_compared_with_an_earlier_report_question_by_question():
+    from services.eval.loco import LocoConfig, against
+
+    rng = np.random.default_rng(3)
+    keys = [f"conv-{i % 3}\tquestion {i}" for i in range(300)]
+    cats = [1 + i % 4 for i in range(300)]
+    base_values = {m: rng.random(300).round(4).tolist() for m in ("recall@10", "recall@25")}
+    cfg = LocoConfig(strategies=("zero-mem",), resamples=1000)
+    # the earlier report lists the same questions in another order: they are paired by key, not position
+    perm = rng.permutation(300)
+    base = _report({m: [v[p] for p in perm] for m, v in base_values.items()}, [keys[p] for p in perm], [cats[p] for p in perm])
+    same = against(_report(base_values, keys, cats), base, cfg)["zero-mem"]
+    assert same["recall@10"]["all"] == {"mean": 0.0, "ci95": [0.0, 0.0], "verdict": "no measurable effect"}
+    better = against(_report({m: [min(1.0, x + 0.1) for x in v] for m, v in base_values.items()}, keys, cats), base, cfg)["zero-mem"]
+    assert better["recall@25"]["all"]["verdict"] == "improvement" and set(better["recall@25"]) >= {"all", "multi-hop"}
+    with pytest.raises(ValueError, match="same questions"):
+        against(_report(base_values, [k + "?" for k in keys], cats), base, cfg)
+    with pytest.raises(ValueError, match="re-run"):
+        against(_report(base_values, keys, cats), {"strategies": {}}, cfg)
