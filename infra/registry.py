@@ -416,5 +416,7 @@ class Registry:
         if self._extractor is None:
             from infra.models.spacy import SpacyEntityExtractor
 
-            self._extractor = SpacyEntityExtractor(self.settings.ner.model, self.settings.ner.batch_size)
+            from infra.models.ner_gate import gated
+
+            self._extractor = gated(SpacyEntityExtractor(self.settings.ner.model, self.settings.ner.batch_size), self.settings.ner.gate)
         return self._extractor

