@@ -3,7 +3,10 @@
 For each conversation of the split (a fold), every Zero-Mem variant — the full method and each
 ablation, each with its own objective — has its constants chosen by coordinate descent over a
 small grid per constant (GRID; services/query/config.py holds the shipped values) on the *other*
-conversations, and is scored on the held-out one. Those held-out scores, put together, are the
+conversations, and is scored on the held-out one. The descent starts from the middle of each
+constant's candidates (grid_middle), not from the shipped values: those were selected on every
+conversation, so a search started there knows the held-out one (measured: it made the graph view
+look like +1.5 points over hierarchy-only held out, against +0.0 from the neutral start). Those held-out scores, put together, are the
 headline: no question is scored by constants chosen on it. The baselines have no constants; their
 figures are the same in and out of sample. The configuration the same search selects on all the
 conversations is reported too: it is what config.py should ship.
@@ -69,6 +72,21 @@ GRID: dict[str, list] = {
     "lexical_prf_weight": [0.0, 0.2, 0.4],
     "lexical_prf_types": [("list",), ("list", "description")],
 }
+
+
+PAPER = {"rho": 0.6, "gamma": 0.6}  # the constants the Zero-Mem paper gives
+
+
+def grid_middle(only: Sequence[str] | None = None) -> ZeroMemConfig:
+    """A start for the search that owes nothing to the dev split's scores: each tuned constant (all of
+    GRID, or `only`) at the middle of its candidates (the lower middle for an even count), the
+    paper's value where it gives one. The shipped constants were themselves selected on every
+    conversation, so a search started from them already knows the held-out fold a little."""
+    names = [n for n in GRID if only is None or n in only]
+    return DEFAULT.with_(**{n: PAPER.get(n, GRID[n][(len(GRID[n]) - 1) // 2]) for n in names})
+
+
+STARTS: dict[str, Callable[[Sequence[str] | None], ZeroMemConfig]] = {"shipped": lambda only: DEFAULT, "grid-middle": grid_middle}
 
 
 def metric_names(budgets: Sequence[int] = BUDGETS) -> list[str]:
@@ -187,12 +205,16 @@ def _changes(cfg: ZeroMemConfig, start: ZeroMemConfig) -> dict:
 @dataclass
 class LocoConfig:
     strategies: tuple[str, ...]
-    fold_passes: int = 1
+    fold_passes: int = 2
     global_passes: int = 2
     only: tuple[str, ...] | None = None
     resamples: int = intervals.RESAMPLES
     seed: int = intervals.SEED
-    start: ZeroMemConfig = field(default_factory=lambda: DEFAULT)
+    start_name: str = "grid-middle"  # a key of STARTS: where every fold's search (and the final selection) begins
+
+    @property
+    def start(self) -> ZeroMemConfig:
+        return STARTS[self.start_name](self.only)
 
 
 def _summary(values: dict[str, np.ndarray], bank: QuestionBank, cfg: LocoConfig) -> dict:
@@ -300,12 +322,12 @@ def evaluate(bank: QuestionBank, cfg: LocoConfig, progress: Callable[[str], None
         selected, score = global_search.tune(bank, "zero-mem", everything, cfg.start, progress)
         search.tried += global_search.tried
         in_sample = bank.zero_mem(selected, "zero-mem", everything)
-        report["selected"] = {"objective": round(score, 4), "changes": _changes(selected, cfg.start),
+        report["selected"] = {"objective": round(score, 4), "changes": _changes(selected, DEFAULT),  # what config.py would change
                               "config": {k: v for k, v in asdict(selected).items() if k != "extra"},
                               "in_sample": {m: round(float(v.mean()), 4) for m, v in in_sample.items()}}
     report["categories"] = bank.category.tolist()
     report["variants_tried"] = search.tried
-    report["procedure"] = {"fold_passes": cfg.fold_passes, "global_passes": cfg.global_passes,
+    report["procedure"] = {"start": cfg.start_name, "fold_passes": cfg.fold_passes, "global_passes": cfg.global_passes,
                            "constants": list(search.grid()), "objective": f"mean of {' and '.join(OBJECTIVE)}",
                            "bootstrap": {"resamples": cfg.resamples, "seed": cfg.seed, "level": intervals.LEVEL,
                                          "strata": "conversation (questions resampled within their conversation)"}}

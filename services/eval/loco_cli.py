@@ -15,7 +15,7 @@ from infra.settings import Settings
 from schemas.errors import MemstreamError
 from services.eval import intervals
 from services.eval.locomo import questions, session
-from services.eval.loco import GRID, LocoConfig, QuestionBank, against, evaluate, markdown, table
+from services.eval.loco import GRID, STARTS, LocoConfig, QuestionBank, against, evaluate, markdown, table
 from services.reports import write_json
 from streams.sources import locomo
 
@@ -27,8 +27,12 @@ def add_arguments(s) -> None:
     g.add_argument("--loco", action="store_true",
                    help="tune Zero-Mem and each ablation on all conversations but one and score the one left out, every fold; "
                         "report held-out figures with 95%% stratified-bootstrap intervals and each ablation's paired difference")
-    g.add_argument("--fold-passes", type=int, default=1, help="coordinate-descent passes per fold (default %(default)s)")
+    g.add_argument("--fold-passes", type=int, default=2, help="coordinate-descent passes per fold (default %(default)s)")
     g.add_argument("--global-passes", type=int, default=2, help="passes for the constants selected on every conversation (default %(default)s)")
+    g.add_argument("--start", choices=sorted(STARTS), default="grid-middle",
+                   help="where each fold's search (and the final selection) begins: grid-middle (default: each constant at the "
+                        "middle of its candidates, owing nothing to the split's scores), or the shipped constants (selected on "
+                        "every conversation, the held-out one included: optimistic)")
     g.add_argument("--constants", help=f"tune only these constants, comma-separated (default: all of {len(GRID)})")
     g.add_argument("--resamples", type=int, default=intervals.RESAMPLES, help="bootstrap resamples (default %(default)s)")
     g.add_argument("--seed", type=int, default=intervals.SEED, help="bootstrap seed (default %(default)s)")
@@ -47,7 +51,7 @@ def check(args, strategies: list[str]) -> LocoConfig:
     if args.fold_passes < 1 or args.global_passes < 1 or args.resamples < 100:
         raise MemstreamError("--fold-passes and --global-passes: at least 1; --resamples: at least 100")
     return LocoConfig(strategies=tuple(strategies), fold_passes=args.fold_passes, global_passes=args.global_passes, only=only,
-                      resamples=args.resamples, seed=args.seed)
+                      resamples=args.resamples, seed=args.seed, start_name=args.start)
 
 
 async def run(path: Path, cfg: LocoConfig, *, conversations: set[str] | None, k: int, settings: Settings, data_dir: Path | None,

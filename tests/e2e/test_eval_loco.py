@@ -48,11 +48,21 @@ def test_loco_tunes_each_fold_on_the_other_conversations_and_reports_intervals(t
     graph = r["ablations"]["hierarchy-only"]["recall@25"]["all"]
     assert graph["verdict"] in {"improvement", "worse", "no measurable effect"} and graph["ci95"][0] <= graph["mean"] <= graph["ci95"][1]
     assert set(r["selected"]["changes"]) <= {"rho", "a_lex"} and r["variants_tried"] > 3
+    assert r["procedure"]["start"] == "grid-middle" and r["procedure"]["fold_passes"] == 2
     assert "leave-one-conversation-out" in run.stdout and "zero-mem minus hierarchy-only" in run.stdout
     md = (tmp_path / "loco.md").read_text()
     held = r["strategies"]["zero-mem"]["loco"]["recall@25"]["all"]
     assert f"| `zero-mem` | {held['mean']:.3f} [{held['ci95'][0]:.3f}, {held['ci95'][1]:.3f}]" in md
     assert md.count("| `hierarchy-only` |") == 5  # recall@10, recall@25, ranking quality, paired difference, per fold
+
+    # another setting judged against this run, question by question: here the same one, so no effect
+    again = _eval(tmp_path, str(locomo), "--loco", "--conversations", "conv-26,conv-30", "--strategies", "zero-mem,bm25",
+                  "--constants", "rho,a_lex", "--resamples", "300", "--against", str(out), "--out", str(tmp_path / "again.json"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    against = json.loads((tmp_path / "again.json").read_text())["against"]["strategies"]
+    assert set(against) == {"zero-mem", "bm25"}
+    assert against["bm25"]["recall@10"]["all"] == {"mean": 0.0, "ci95": [0.0, 0.0], "verdict": "no measurable effect"}
+    assert f"zero-mem minus {out}: recall@10 +0.0000" in again.stdout or f"zero-mem minus {out}: recall@10 -0.0000" in again.stdout
 
 
 @pytest.mark.parametrize("args, message", [(("--conversations", "conv-26"), "at least two conversations"),
