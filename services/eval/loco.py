@@ -6,8 +6,8 @@ small grid per constant (GRID; services/query/config.py holds the shipped values
 conversations, and is scored on the held-out one. The descent starts from the middle of each
 constant's candidates (grid_middle), not from the shipped values: those were selected on every
 conversation, so a search started there knows the held-out one (measured: it made the graph view
-look like +1.5 points over hierarchy-only held out, against +0.0 from the neutral start). Those held-out scores, put together, are the
-headline: no question is scored by constants chosen on it. The baselines have no constants; their
+look like +1.5 points over hierarchy-only held out, against +0.0 from the neutral start). Those
+held-out scores, put together, are the headline: no question is scored by constants chosen on it. The baselines have no constants; their
 figures are the same in and out of sample. The configuration the same search selects on all the
 conversations is reported too: it is what config.py should ship.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 import numpy as np

@@ -15,7 +15,7 @@ from infra.settings import Settings
 from schemas.errors import MemstreamError
 from services.eval import intervals
 from services.eval.locomo import questions, session
-from services.eval.loco import GRID, STARTS, LocoConfig, QuestionBank, against, evaluate, markdown, table
+from services.eval.loco import GRID, STARTS, LocoConfig, QuestionBank, against, evaluate, markdown, question_keys, table
 from services.reports import write_json
 from streams.sources import locomo
 
@@ -78,11 +78,16 @@ async def run(path: Path, cfg: LocoConfig, *, conversations: set[str] | None, k:
 async def cmd(args, strategies: list[str], settings: Settings) -> int:
     cfg = check(args, strategies)
     base = None
-    if args.against:  # read before the run: a missing or unreadable report fails in a second, not after ten minutes
+    if args.against:  # checked before the run: a missing or mismatched report fails in a second, not after ten minutes
         try:
             base = json.loads(Path(args.against).read_text())
         except (OSError, ValueError) as e:
             raise MemstreamError(f"--against {args.against}: {e}") from e
+        convs = set(args.conversations.split(",")) if args.conversations else None
+        if "question_keys" not in base:
+            raise MemstreamError(f"--against {args.against}: no per-question values (written before they were kept); re-run it")
+        if set(base["question_keys"]) != set(question_keys(questions(locomo.load(Path(args.path)), convs))):
+            raise MemstreamError(f"--against {args.against}: not on the same questions as this run")
     report = await run(Path(args.path), cfg, conversations=set(args.conversations.split(",")) if args.conversations else None,
                        k=args.k, settings=settings, data_dir=Path(args.data_dir) if getattr(args, "data_dir", None) else None,
                        out=Path(args.out) if args.out else None)

@@ -71,3 +71,12 @@ def test_loco_tunes_each_fold_on_the_other_conversations_and_reports_intervals(t
 def test_loco_refuses_what_it_cannot_do_with_a_clear_error(tmp_path, locomo, args, message):
     run = _eval(tmp_path, str(locomo), "--loco", "--strategies", "zero-mem", *args)
     assert run.returncode != 0 and message in run.stderr and "Traceback" not in run.stderr
+
+
+def test_against_a_report_of_other_questions_fails_before_the_run(tmp_path, locomo):
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"question_keys": ["conv-26\tWhat is this?"], "strategies": {}}))
+    for path, message in ((other, "not on the same questions"), (tmp_path / "missing.json", "No such file")):
+        run = _eval(tmp_path, str(locomo), "--loco", "--strategies", "zero-mem", "--against", str(path))
+        assert run.returncode != 0 and message in run.stderr and "Traceback" not in run.stderr
+        assert "ingested" not in run.stderr  # refused before the split was ingested
