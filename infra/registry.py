@@ -387,6 +387,14 @@ class Registry:
             self._encoder = self._make_encoder(self.encoder_name, self.settings.encoder.path)
         return self._encoder
 
+    def use_models(self, encoder, extractor) -> "Registry":
+        """Use already loaded models (tests load them once per session), the NER behind the gate the
+        settings name, as `extractor()` would build it. Returns self."""
+        from infra.models.ner_gate import gated
+
+        self._encoder, self._extractor = encoder, gated(extractor, self.settings.ner.gate)
+        return self
+
     def share_models(self, other: "Registry") -> "Registry":
         """Use `other`'s loaded encoder and NER (one copy in memory for several stores' registries:
         benchmarks and tests that open more than one data directory). Returns self."""

@@ -53,11 +53,7 @@ def settings(tmp_path):
 def registry(settings, models):
     from infra.registry import Registry
 
-    from infra.models.ner_gate import gated
-
-    reg = Registry(settings)
-    reg._encoder, reg._extractor = models[0], gated(models[1], settings.ner.gate)  # as Registry.extractor() would
-    return reg
+    return Registry(settings).use_models(*models)
 
 
 T0 = datetime(2025, 1, 6, 9, 0, tzinfo=timezone.utc)

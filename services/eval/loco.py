@@ -235,16 +235,22 @@ def question_keys(qs: Sequence[Question]) -> list[str]:
     return [f"{q.conversation}\t{q.question}" for q in qs]
 
 
+def check_pairable(base: dict, keys: Sequence[str]) -> None:
+    """ValueError unless the earlier report holds per-question values for exactly these questions."""
+    base_keys = base.get("question_keys")
+    if base_keys is None:
+        raise ValueError("the earlier report has no per-question values (written before they were kept); re-run it")
+    if len(set(base_keys)) != len(base_keys) or set(base_keys) != set(keys):
+        raise ValueError("the two reports are not on the same questions")
+
+
 def against(report: dict, base: dict, cfg: LocoConfig) -> dict:
     """This run minus an earlier report on the same questions, per strategy both hold: paired held-out
     differences with intervals and verdicts. How a setting (a cheaper model, a gate) is judged
     against the default: each run tunes its own constants per fold, the questions pair them."""
-    keys, base_keys = report["question_keys"], base.get("question_keys")
-    if base_keys is None:
-        raise ValueError("the earlier report has no per-question values (written before they were kept); re-run it")
-    where = {k: i for i, k in enumerate(base_keys)}
-    if len(where) != len(base_keys) or set(where) != set(keys):
-        raise ValueError("the two reports are not on the same questions")
+    keys = report["question_keys"]
+    check_pairable(base, keys)
+    where = {k: i for i, k in enumerate(base["question_keys"])}
     order = np.array([where[k] for k in keys])
     strata = np.array([report["conversations"].index(k.split("\t", 1)[0]) for k in keys])
     cats = np.array(report["categories"])

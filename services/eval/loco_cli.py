@@ -15,7 +15,8 @@ from infra.settings import Settings
 from schemas.errors import MemstreamError
 from services.eval import intervals
 from services.eval.locomo import questions, session
-from services.eval.loco import GRID, STARTS, LocoConfig, QuestionBank, against, evaluate, markdown, question_keys, table
+from services.eval.loco import (GRID, STARTS, LocoConfig, QuestionBank, against, check_pairable, evaluate, markdown,
+                               question_keys, table)
 from services.reports import write_json
 from streams.sources import locomo
 
@@ -55,11 +56,17 @@ def check(args, strategies: list[str]) -> LocoConfig:
 
 
 async def run(path: Path, cfg: LocoConfig, *, conversations: set[str] | None, k: int, settings: Settings, data_dir: Path | None,
-              out: Path | None) -> dict:
+              out: Path | None, base: dict | None = None, base_name: str = "") -> dict:
+    """`base`: an earlier report (--against) to pair this run with; checked before anything is ingested."""
     samples = locomo.load(path)
     qs = questions(samples, conversations)
     if len({q.conversation for q in qs}) < 2:
         raise MemstreamError("--loco needs at least two conversations with questions (one is held out per fold)")
+    if base is not None:
+        try:
+            check_pairable(base, question_keys(qs))
+        except ValueError as e:
+            raise MemstreamError(f"--against {base_name}: {e}") from e
     data_dir = data_dir or Path(tempfile.mkdtemp(prefix="memstream-loco-"))
     settings = settings.model_copy(update={"data_dir": data_dir})
     registry = Registry(settings)
@@ -70,6 +77,8 @@ async def run(path: Path, cfg: LocoConfig, *, conversations: set[str] | None, k:
         report = await asyncio.to_thread(evaluate, bank, cfg, progress)
         report = {"dataset": "locomo", "ingest": s.ingest, **report, "refused_connections": len(s.refused),
                   "llm_tokens": s.reader.counter.snapshot()["tokens"]}
+    if base is not None:
+        report["against"] = {"report": base_name, "strategies": against(report, base, cfg)}
     if out is not None:
         write_json(report, out)
     return report
@@ -78,26 +87,14 @@ async def run(path: Path, cfg: LocoConfig, *, conversations: set[str] | None, k:
 async def cmd(args, strategies: list[str], settings: Settings) -> int:
     cfg = check(args, strategies)
     base = None
-    if args.against:  # checked before the run: a missing or mismatched report fails in a second, not after ten minutes
+    if args.against:
         try:
             base = json.loads(Path(args.against).read_text())
         except (OSError, ValueError) as e:
             raise MemstreamError(f"--against {args.against}: {e}") from e
-        convs = set(args.conversations.split(",")) if args.conversations else None
-        if "question_keys" not in base:
-            raise MemstreamError(f"--against {args.against}: no per-question values (written before they were kept); re-run it")
-        if set(base["question_keys"]) != set(question_keys(questions(locomo.load(Path(args.path)), convs))):
-            raise MemstreamError(f"--against {args.against}: not on the same questions as this run")
     report = await run(Path(args.path), cfg, conversations=set(args.conversations.split(",")) if args.conversations else None,
                        k=args.k, settings=settings, data_dir=Path(args.data_dir) if getattr(args, "data_dir", None) else None,
-                       out=Path(args.out) if args.out else None)
-    if base is not None:
-        try:
-            report["against"] = {"report": args.against, "strategies": against(report, base, cfg)}
-        except ValueError as e:
-            raise MemstreamError(f"--against {args.against}: {e}") from e
-        if args.out:
-            write_json(report, Path(args.out))
+                       out=Path(args.out) if args.out else None, base=base, base_name=args.against or "")
     print(table(report))
     for name, d in ((report.get("against") or {}).get("strategies") or {}).items():
         print(f"{name} minus {args.against}: " + ", ".join(

@@ -26,9 +26,7 @@ def sample_items() -> list[dict]:
 
 def registry_with(settings: Settings, models) -> Registry:
     """A registry that hands out the session's already loaded models."""
-    reg = Registry(settings)
-    reg._encoder, reg._extractor = models
-    return reg
+    return Registry(settings).use_models(*models)
 
 
 def make_key(settings: Settings, role: str = "admin", tenant: str | None = None, name: str = "test") -> dict:
