@@ -54,6 +54,11 @@ class ScaleConfig:
     budgets: tuple[int, ...] = (10, 25)
     questions: int | None = None  # the first N questions (default: all)
     shape: FleetShape = field(default_factory=FleetShape)
+    # Settings of a store (name, directory): the embedded default, or a distributed deployment
+    # (benchmarks/distributed_scale.py gives each store its own topic, prefixes and Neo4j). The
+    # RSS probe and the per-view disk figures are the embedded stores' only: a server's memory
+    # and files are its own.
+    settings_for: Callable[[str, Path], Settings] | None = None
 
 
 class BulkRegistry(Registry):
@@ -105,7 +110,7 @@ class Store:
     def __init__(self, cfg: ScaleConfig, name: str, progress: Callable[[str], None]):
         self.cfg, self.name, self.progress = cfg, name, progress
         self.dir = cfg.root / name
-        self.settings = _settings(self.dir)
+        self.settings = cfg.settings_for(name, self.dir) if cfg.settings_for else _settings(self.dir)
         self.state_path = self.dir / "fleet.json"
         self.ingest: list[dict] = []
 
@@ -232,8 +237,9 @@ def compare(small: Store, large: Store, registry: Registry, samples: list[dict],
     for name, store in stores.items():
         out[name] = {"stored_turns": store.stored_turns(), "questions": len(qs),
                      "zero_mem_ms": {"p50": _quantile(lat[name], 50), "p95": _quantile(lat[name], 95), "p99": _quantile(lat[name], 99)},
-                     "recall": summarize(rows[name], list(cfg.budgets)), "query_process": query_rss(store, cfg),
-                     "disk_bytes": disk_bytes(store.dir)}
+                     "recall": summarize(rows[name], list(cfg.budgets))}
+        if cfg.settings_for is None:
+            out[name] |= {"query_process": query_rss(store, cfg), "disk_bytes": disk_bytes(store.dir)}
     small_p95, large_p95 = out["small"]["zero_mem_ms"]["p95"], out["large"]["zero_mem_ms"]["p95"]
     out["p95_ratio"] = round(large_p95 / small_p95, 3) if small_p95 else None
     out["recall_equal"] = [r for _, r in rows["small"]] == [r for _, r in rows["large"]]
@@ -266,7 +272,8 @@ async def run(cfg: ScaleConfig, progress: Callable[[str], None] = print, on_poin
         result["large_ingest"] = large.ingest
         large.ingest = []
         report["points"].append(result)
-        report["bytes_per_turn"] = _bytes_per_turn(report["points"])
+        if cfg.settings_for is None:
+            report["bytes_per_turn"] = _bytes_per_turn(report["points"])
         if on_point:
             on_point(report)
     return report
