@@ -34,6 +34,9 @@ def add_arguments(s) -> None:
                    help="where each fold's search (and the final selection) begins: grid-middle (default: each constant at the "
                         "middle of its candidates, owing nothing to the split's scores), or the shipped constants (selected on "
                         "every conversation, the held-out one included: optimistic)")
+    g.add_argument("--min-gain", type=float, default=0.0, metavar="POINTS",
+                   help="take a move of the search only when it raises the training objective by more than this many "
+                        "recall points (default %(default)s)")
     g.add_argument("--constants", help=f"tune only these constants, comma-separated (default: all of {len(GRID)})")
     g.add_argument("--resamples", type=int, default=intervals.RESAMPLES, help="bootstrap resamples (default %(default)s)")
     g.add_argument("--seed", type=int, default=intervals.SEED, help="bootstrap seed (default %(default)s)")
@@ -51,8 +54,11 @@ def check(args, strategies: list[str]) -> LocoConfig:
         raise MemstreamError(f"--constants: unknown {unknown}; tunable: {', '.join(GRID)}")
     if args.fold_passes < 1 or args.global_passes < 1 or args.resamples < 100:
         raise MemstreamError("--fold-passes and --global-passes: at least 1; --resamples: at least 100")
+    if not 0 <= args.min_gain < 100:
+        raise MemstreamError("--min-gain: recall points, from 0 up to 100")
     return LocoConfig(strategies=tuple(strategies), fold_passes=args.fold_passes, global_passes=args.global_passes, only=only,
-                      resamples=args.resamples, seed=args.seed, start_name=args.start)
+                      resamples=args.resamples, seed=args.seed, start_name=args.start,
+                      min_gain=args.min_gain / 100)
 
 
 async def run(path: Path, cfg: LocoConfig, *, conversations: set[str] | None, k: int, settings: Settings, data_dir: Path | None,

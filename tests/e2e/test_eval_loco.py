@@ -67,7 +67,8 @@ def test_loco_tunes_each_fold_on_the_other_conversations_and_reports_intervals(t
 
 @pytest.mark.parametrize("args, message", [(("--conversations", "conv-26"), "at least two conversations"),
                                            (("--constants", "rho,nope"), "unknown ['nope']"),
-                                           (("--budgets", "5,10"), "budgets 10 and 25")])
+                                           (("--budgets", "5,10"), "budgets 10 and 25"),
+                                           (("--min-gain", "-1"), "--min-gain: recall points")])
 def test_loco_refuses_what_it_cannot_do_with_a_clear_error(tmp_path, locomo, args, message):
     run = _eval(tmp_path, str(locomo), "--loco", "--strategies", "zero-mem", *args)
     assert run.returncode != 0 and message in run.stderr and "Traceback" not in run.stderr

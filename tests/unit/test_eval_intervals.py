@@ -93,3 +93,22 @@ def test_a_run_is_compared_with_an_earlier_report_question_by_question():
         against(_report(base_values, [k + "?" for k in keys], cats), base, cfg)
     with pytest.raises(ValueError, match="re-run"):
         against(_report(base_values, keys, cats), {"strategies": {}}, cfg)
+
+
+def test_the_search_takes_a_move_only_when_it_gains_more_than_min_gain():
+    from services.eval.loco import Search, grid_middle
+
+    start = grid_middle(("rho",))  # rho at the paper's 0.6
+    scores = {0.5: 0.499, 0.6: 0.500, 0.7: 0.502, 0.8: 0.510}
+
+    class Bank:  # the descent reads the objective only: here a known function of rho
+        def objective(self, cfg, mode, idx):
+            return scores[cfg.rho]
+
+    def tuned(min_gain):
+        search = Search(passes=2, only=("rho",), min_gain=min_gain)
+        return search.tune(Bank(), "zero-mem", np.arange(3), start, lambda m: None)
+
+    assert tuned(0.0) == (start.with_(rho=0.8), 0.510)  # every gain taken: 0.7, then 0.8
+    assert tuned(0.005) == (start.with_(rho=0.8), 0.510)  # 0.7 (+0.002) passed over, 0.8 (+0.010) taken
+    assert tuned(0.02) == (start, 0.500)  # nothing clears the bar: the start stays
