@@ -7,7 +7,8 @@ product) and is scored over a few settings on the 760 dev questions with the shi
 sample, beside the shipped method in the same process. It is a screen: a variant that does not
 lift both budgets in-sample is not worth a held-out run; one that does goes into the product as
 a constant in services/eval/loco.py's GRID and is judged by `memstream eval locomo --loco`.
-README "Retrieval" quotes this script's output. DIR keeps the ingested split between runs.
+README "Retrieval" quotes this script's output. DIR keeps the ingested split between runs. The
+hyponym variants (hyponym, hyplex, hypnoun) read WordNet's files: benchmarks/wordnet.py.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import wordnet  # noqa: E402  (benchmarks/wordnet.py)
 from infra.registry import Registry  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from schemas.keyindex import KeyIndex  # noqa: E402
 from schemas.text import content_words, normalize_entity, split_sentences  # noqa: E402
 from schemas.units import entity_id, sentence_id, unit_key  # noqa: E402
-from services.query.analysis import keyword_words  # noqa: E402
+from services.query.analysis import keyword_words, stem  # noqa: E402
 from services.eval import loco  # noqa: E402
 from services.eval.locomo import ingest, questions  # noqa: E402
 from services.eval.metrics import CATEGORIES  # noqa: E402
@@ -77,9 +79,50 @@ class Variant(zm.ZeroMem):
     @property
     def activations(self):
         eta = self._memo("activations", ("question_entities", "align_min", "keyword_activation"), self._activations)
+        if "hyponym" in SETTING:
+            return self._extra("hyponym", lambda: self._member_keywords(eta))
         if "kwvec" not in SETTING:
             return eta
         return self._extra("kwvec", lambda: self._semantic_keywords(eta))
+
+    # hyponym: keyword nodes of the members of a category word of the question, from WordNet's
+    # noun hierarchy ("martial arts" -> judo, karate, taekwondo); a phrase whose members present in
+    # the boundary exceed `cap` is too broad ("activities") and adds nothing
+    def _member_keywords(self, eta: dict) -> dict:
+        weight = SETTING["hyponym"][2]
+        out = dict(eta)
+        for e in self._members(*SETTING["hyponym"][:2], SETTING["hyponym"][3])[0]:
+            out[e] = max(out.get(e, 0.0), weight * self.cfg.keyword_activation)
+        return out
+
+    def _members(self, senses: int, depth: int, cap: int) -> tuple[list[str], list[str]]:
+        """(keyword node ids, their words) of the members of the question's category phrases."""
+        h, b = wordnet.nouns(), self.ctx.boundary
+        speakers = {w for sp_ in self.corpus.speakers for w in normalize_entity(sp_).split()}
+        source = (self.profile.noun or "") if SETTING.get("noun-only") else self.profile.question  # only the asked-for noun's words
+        words = [w for w in keyword_words(source) if w not in speakers and not w.isdigit() and len(w) > 2]
+        ids_out, words_out, used = [], [], set()
+        for phrase in wordnet.phrases(words):
+            parts = phrase.split("_")
+            lemma = h.lemma(phrase)
+            if lemma is None or used & set(parts):
+                continue
+            used.update(parts)
+            members = h.members(lemma, senses, depth)
+            by_id = {entity_id(b.tenant_id, "kw:" + s): w for s, w in zip(stem(members), members) if len(s) > 2}
+            present = sorted(self.ctx.store("graph").present(b, list(by_id))) if by_id else []
+            if 0 < len(present) <= cap:
+                ids_out += present
+                words_out += [by_id[e] for e in present]
+        return ids_out, words_out
+
+    def _member_bm25(self) -> np.ndarray:
+        n, d, _, cap = SETTING["hyplex"]
+        words = self._members(n, d, cap)[1]
+        if not words:
+            return np.zeros(self.n)
+        keys, scores = self.ctx.store("lexical").score_units("turn", " ".join(words), self.ctx.boundary, self.corpus.n)
+        return zm.mm(self.corpus.keys.scatter(keys, scores, fill=0.0))
 
     def _keyword_table(self):
         key = id(self.corpus)
@@ -125,6 +168,8 @@ class Variant(zm.ZeroMem):
             return base + SETTING["sentence"] * self._extra("sentence", self._sentence_max)
         if "session" in SETTING:
             return base + SETTING["session"][0] * self._extra("session", self._session_level)
+        if "hyplex" in SETTING:
+            return base + SETTING["hyplex"][2] * self._extra("hyplex", self._member_bm25)
         return base
 
     # session: a session-level unit scored from its turns (mean, or mean of its best 3) and lifted
@@ -150,7 +195,7 @@ class Variant(zm.ZeroMem):
     # prior: the walk's context priors from the hierarchy view instead of the dense one
     @property
     def graph_scores(self):
-        if "kwvec" in SETTING:  # other activations: the shipped memo (keyed on constants) does not apply
+        if "kwvec" in SETTING or "hyponym" in SETTING:  # other activations: the shipped memo (keyed on constants) does not apply
             return self._extra("kwvec-walk", self._graph_scores)
         if "prior" not in SETTING:
             return super().graph_scores
@@ -233,6 +278,14 @@ VARIANTS: dict[str, list] = {
                 for t in (0.55, 0.6) for k in (3, 10) for w in (0.5, 1.0)]
              + [(f"kwvec tau {t} top {k} weight {w} (graph-only)", {"kwvec": (t, k, w)}, {}, "graph-only")
                 for t in (0.7,) for k in (3, 10) for w in (0.5, 1.0)],
+    "hyponym": [(f"hyponym senses {n} depth {d} weight {w} cap {c} ({mode})", {"hyponym": (n, d, w, c)}, {}, mode)
+                for mode in ("zero-mem",) for n in (1, 2) for d in (1, 2, 3) for w in (0.5, 1.0) for c in (5, 20)]
+               + [(f"hyponym senses 1 depth 2 weight {w} cap 20 (graph-only)", {"hyponym": (1, 2, w, 20)}, {}, "graph-only") for w in (0.5, 1.0)],
+    "hyplex": [(f"hyponym BM25 senses {n} depth {d} weight {w} cap {c} ({mode})", {"hyplex": (n, d, w, c)}, {}, mode)
+               for mode in ("zero-mem",) for n in (1, 2) for d in (1, 2) for w in (0.1, 0.2, 0.4) for c in (5, 20)],
+    "hypnoun": [(f"hyponym of the asked-for noun senses {n} depth {d} weight {w} cap {c} ({'graph' if g else 'BM25'})",
+                 {("hyponym" if g else "hyplex"): (n, d, w, c), "noun-only": 1}, {}, "zero-mem")
+                for g in (True, False) for n in (1, 2) for d in (1, 2, 3) for w in ((0.5, 1.0) if g else (0.2, 0.4)) for c in (20, 100)],
     "session": [(f"session {how} {w} ({mode})", {"session": (w, how)}, {}, mode) for mode in ("zero-mem", "hierarchy-only")
                 for how in ("mean", "top3") for w in (0.1, 0.25, 0.5)],
     "noun": [(f"noun {w}", {"noun": w}, {}, "zero-mem") for w in (0.1, 0.2, 0.3, 0.5, 0.8)],
