@@ -44,7 +44,6 @@ from infra.settings import Settings  # noqa: E402
 from schemas.ports.views import VIEW_NAMES  # noqa: E402
 from schemas.query import SearchRequest  # noqa: E402
 from services.eval.locomo import ask, evaluate_strategies, ingest, percentile, questions  # noqa: E402
-from services.bench.procfs import cpu_seconds  # noqa: E402
 from services.query import zeromem  # noqa: E402
 from services.query.service import QueryService, default_strategies  # noqa: E402
 from services.runtime import build_pipeline  # noqa: E402
@@ -164,19 +163,6 @@ def reads_overlapped_vs_in_order(registry: Registry, qs) -> dict:
     return out
 
 
-def _server_cpu_ms() -> dict[str, float]:
-    """CPU time (ms) each test server has used so far, found by its pid file (a server given
-    from outside without its state directory is left out)."""
-    out = {}
-    for name in ("kafka", "opensearch", "neo4j", "qdrant"):
-        state = servers.server_data_dir(name)
-        try:
-            out[name] = cpu_seconds((state / f"{name}.pid").read_text().split()[0]) * 1000
-        except (OSError, TypeError, IndexError):
-            continue
-    return out
-
-
 def cpu_per_query(registry: Registry, qs, strategies) -> dict:
     """Each strategy alone over every question: wall time and the CPU time of this process
     (the query service: drivers, decoding, the method) and of each server, per query. On a
@@ -185,10 +171,10 @@ def cpu_per_query(registry: Registry, qs, strategies) -> dict:
     out = {}
     with serving(registry) as service:
         for strategy in strategies:
-            cpu0, own0, wall0 = _server_cpu_ms(), time.process_time(), time.perf_counter()
+            cpu0, own0, wall0 = servers.server_cpu_ms(), time.process_time(), time.perf_counter()
             for q in qs:
                 ask(service, q, strategy, TENANT, [25], 5)
-            cpu1, own1, wall1 = _server_cpu_ms(), time.process_time(), time.perf_counter()
+            cpu1, own1, wall1 = servers.server_cpu_ms(), time.process_time(), time.perf_counter()
             row = {"wall_ms": (wall1 - wall0) * 1000 / len(qs), "query_service_cpu_ms": (own1 - own0) * 1000 / len(qs),
                    **{f"{name}_cpu_ms": (cpu1[name] - cpu0[name]) / len(qs) for name in cpu1 if name in cpu0}}
             row["cpu_ms_total"] = sum(v for k, v in row.items() if k.endswith("_cpu_ms"))

@@ -74,7 +74,7 @@ def main() -> int:
 
         cfg = ScaleConfig(locomo=args.locomo, root=work, points=points, questions=args.questions, shape=FleetShape(),
                           conversations=set(args.conversations.split(",")) if args.conversations else None,
-                          settings_for=settings_for)
+                          settings_for=settings_for, process_cpu_ms=servers.server_cpu_ms)
         report = asyncio.run(run(cfg, progress=log))
         servers.drop_qdrant_prefix(qdrant, "scale-small")
         servers.drop_qdrant_prefix(qdrant, "scale-large")

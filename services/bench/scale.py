@@ -59,6 +59,10 @@ class ScaleConfig:
     # RSS probe and the per-view disk figures are the embedded stores' only: a server's memory
     # and files are its own.
     settings_for: Callable[[str, Path], Settings] | None = None
+    # CPU time (ms) used so far by each process beside this one that ingest runs on (the servers
+    # of a distributed deployment; none embedded): each chunk of the bulk load records its share,
+    # so the rate comes with where its CPU went.
+    process_cpu_ms: Callable[[], dict[str, float]] | None = None
 
 
 class BulkRegistry(Registry):
@@ -143,21 +147,28 @@ class Store:
             t_start, start_have = time.perf_counter(), have
             while have < want:
                 n = min(CHUNK, want - have)
+                cpu0 = self._cpu_ms()
                 t0 = time.perf_counter()
                 await publisher.publish(list(fleet.turns(have, have + n)))
                 t1 = time.perf_counter()
                 await pipeline.process_until_caught_up()
                 t2 = time.perf_counter()
+                cpu1 = self._cpu_ms()
                 have += n
                 state["fleet_turns"] = have
                 _save(self.state_path, state)  # after the views hold the chunk: a resume never skips one
-                self.ingest.append({"turns": n, "append_s": round(t1 - t0, 3), "process_s": round(t2 - t1, 3)})
+                self.ingest.append({"turns": n, "append_s": round(t1 - t0, 3), "process_s": round(t2 - t1, 3),
+                                    "cpu_ms": {k: round(cpu1[k] - cpu0[k], 1) for k in cpu1 if k in cpu0}})
                 rate = (have - start_have) / (time.perf_counter() - t_start)
                 left = (want - have) / rate if rate else 0
                 self.progress(f"bench scale: {self.name}: {have + state['measured_turns']:,}/{total:,} turns, "
                               f"{rate:.0f} turns/s, ~{left / 60:.0f} min left")
         finally:
             await pipeline.close()
+
+    def _cpu_ms(self) -> dict[str, float]:
+        """CPU time so far of this process (every thread) and of the configured others."""
+        return {"benchmark process": time.process_time() * 1000, **(self.cfg.process_cpu_ms() if self.cfg.process_cpu_ms else {})}
 
     def stored_turns(self) -> int:
         s = _state(self.state_path)
@@ -270,6 +281,7 @@ async def run(cfg: ScaleConfig, progress: Callable[[str], None] = print, on_poin
         progress(f"bench scale: comparing {small.stored_turns():,} and {large.stored_turns():,} stored turns")
         result = await asyncio.to_thread(compare, small, large, registry, samples, cfg)
         result["large_ingest"] = large.ingest
+        result["large_ingest_cpu_ms_per_turn"] = cpu_per_turn(large.ingest)
         large.ingest = []
         report["points"].append(result)
         if cfg.settings_for is None:
@@ -277,6 +289,17 @@ async def run(cfg: ScaleConfig, progress: Callable[[str], None] = print, on_poin
         if on_point:
             on_point(report)
     return report
+
+
+def cpu_per_turn(chunks: list[dict]) -> dict[str, float]:
+    """CPU ms per bulk-loaded turn by process, their sum, and the wall ms per turn beside it."""
+    turns = sum(c["turns"] for c in chunks)
+    if not turns:
+        return {}
+    out = {name: round(sum(c["cpu_ms"].get(name, 0.0) for c in chunks) / turns, 3) for name in chunks[0].get("cpu_ms", {})}
+    out["all processes"] = round(sum(out.values()), 3)
+    out["wall"] = round(sum(c["append_s"] + c["process_s"] for c in chunks) * 1000 / turns, 3)
+    return out
 
 
 def _bytes_per_turn(points: list[dict]) -> dict[str, dict[str, float]]:

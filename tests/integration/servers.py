@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from services.bench.procfs import cpu_seconds
+
 REPO = Path(__file__).resolve().parents[2]
 SERVERS = REPO / "infra/servers"
 CACHE = Path(os.environ.get("MEMSTREAM_CACHE", Path.home() / ".cache/memstream"))
@@ -83,6 +85,20 @@ def server_data_dir(name: str) -> Path | None:
         return Path(given)
     state = os.environ.get("MEMSTREAM_TEST_SERVERS_STATE")
     return Path(state) / name if state and (Path(state) / name).is_dir() else None
+
+
+def server_cpu_ms() -> dict[str, float]:
+    """CPU time (ms) each test server has used so far, found by its pid file (a server given
+    from outside without its state directory is left out; of two servers of one kind, the one
+    started last)."""
+    out = {}
+    for name in ("kafka", "opensearch", "neo4j", "qdrant"):
+        state = server_data_dir(name)
+        try:
+            out[name] = cpu_seconds((state / f"{name}.pid").read_text().split()[0]) * 1000
+        except (OSError, TypeError, IndexError):
+            continue
+    return out
 
 
 def kafka_security():
