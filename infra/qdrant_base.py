@@ -39,6 +39,8 @@ from typing import Iterable, Iterator
 
 import grpc
 from qdrant_client import QdrantClient, models
+from qdrant_client import grpc as qgrpc
+from qdrant_client.conversions.conversion import RestToGrpc
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from infra.turn_docs import doc_turn, ledger_dump, micros, turn_doc
@@ -116,6 +118,20 @@ def grpc_points(client: QdrantClient):
     in requirements.lock and both paths run in the contract suite (qdrant-server-grpc/-rest)."""
     remote = getattr(client, "_client", None)
     return remote.grpc_points if getattr(remote, "_prefer_grpc", False) else None
+
+
+def upsert(client: QdrantClient, collection: str, points: list[models.PointStruct]) -> None:
+    """Upsert and wait for it. Over gRPC the points go straight to the stub (grpc_points), turned
+    into protobuf by the client's own RestToGrpc: qdrant-client's `upsert` first walks every
+    point's pydantic model looking for inference objects (documents, images) to embed, which was
+    the largest single cost of the dense projection in a bulk load (py-spy on
+    benchmarks/distributed_scale.py: ~16 % of the projecting process's busy samples)."""
+    stub = grpc_points(client)
+    if stub is None:
+        client.upsert(collection, points, wait=True)
+        return
+    stub.Upsert(qgrpc.UpsertPoints(collection_name=collection, wait=True, points=[RestToGrpc.convert_point_struct(p) for p in points]),
+                timeout=client._client._timeout)
 
 
 def is_server(location: str | QdrantClient) -> bool:
@@ -442,8 +458,8 @@ class QdrantViewBase:
 
     def _put_turns(self, turns: list[TurnRow]) -> set[tuple[str, str]]:
         if turns:
-            self._qd().upsert(self.ledger, [models.PointStruct(id=point_uuid("turn", t.turn_id), vector={}, payload=payload)
-                                            for t, payload in zip(turns, seal_turns(turns, self.sealer))], wait=True)
+            upsert(self._qd(), self.ledger, [models.PointStruct(id=point_uuid("turn", t.turn_id), vector={}, payload=payload)
+                                             for t, payload in zip(turns, seal_turns(turns, self.sealer))])
         return {(t.tenant_id, t.conversation_id) for t in turns}
 
     def _commit(self, touched: set[tuple[str, str]], positions: Positions) -> None:
@@ -453,12 +469,12 @@ class QdrantViewBase:
         if touched:
             ids = [_conv_point(t, c) for t, c in sorted(touched)]
             current = {p.id: int(p.payload["version"]) for p in client.retrieve(self.ledger, ids)}
-            client.upsert(self.ledger, [
+            upsert(client, self.ledger, [
                 models.PointStruct(id=pid, vector={}, payload={"type": "conv", "tenant_id": t, "conversation_id": c, "version": current.get(pid, 0) + 1})
                 for pid, (t, c) in zip(ids, sorted(touched))
-            ], wait=True)
+            ])
         # One point per partition, written blind: workers that share a consumer group write
         # their own partitions' points, so no read-modify-write can lose another's progress.
         if positions:
-            client.upsert(self.ledger, [models.PointStruct(id=_position_point(p), vector={}, payload={
-                "type": "position", "partition": int(p), "offset": int(o)}) for p, o in sorted(positions.items())], wait=True)
+            upsert(client, self.ledger, [models.PointStruct(id=_position_point(p), vector={}, payload={
+                "type": "position", "partition": int(p), "offset": int(o)}) for p, o in sorted(positions.items())])

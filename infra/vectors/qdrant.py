@@ -27,7 +27,7 @@ from qdrant_client import grpc as qgrpc
 from qdrant_client.conversions.conversion import RestToGrpc
 
 from infra.qdrant_base import (QdrantViewBase, boundary_filter, grpc_points, is_local, ledger_conditions, match, match_any, point_uuid,
-                               scope_conditions)
+                               scope_conditions, upsert)
 from infra.turn_docs import micros
 from schemas.ports.vectors import COLLECTIONS, Collection, TurnPooling, VectorChangeSet, VectorPoint
 from schemas.ports.views import Boundary, Forget, Hit, Positions, TurnRow
@@ -111,14 +111,14 @@ class QdrantVectorStore(QdrantViewBase):
                 self._create(name, models.VectorParams(size=len(points[0].vector), distance=models.Distance.COSINE), _POINT_INDEXES,
                              hnsw_config=models.HnswConfigDiff(m=0) if self.exact else None)
                 for i in range(0, len(points), _BATCH):
-                    client.upsert(name, [
+                    upsert(client, name, [
                         models.PointStruct(id=point_uuid(p.point_id), vector=np.asarray(p.vector, np.float32).tolist(), payload=_payload(p))
                         for p in points[i:i + _BATCH]
-                    ], wait=True)
+                    ])
                 touched.update((p.tenant_id, p.conversation_id) for p in points)
             # The ledger last (schemas/ports/views.py ChangeSet): a turn found there has its points.
             for i in range(0, len(change.pooling), _BATCH):
-                client.upsert(self.ledger, [_pooling_point(p) for p in change.pooling[i:i + _BATCH]], wait=True)
+                upsert(client, self.ledger, [_pooling_point(p) for p in change.pooling[i:i + _BATCH]])
             touched |= self._put_turns(change.put_turns)
             self._commit(touched, positions)
 
