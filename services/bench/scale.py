@@ -124,9 +124,13 @@ class Store:
             return state["measured_turns"]
         from services.eval.locomo import ingest
 
+        cpu0 = self._cpu_ms()
         report = await ingest(self.settings, registry, samples, MEASURED_TENANT, self.cfg.conversations)
+        cpu1 = self._cpu_ms()
+        report["cpu_ms_per_turn"] = {k: round((cpu1[k] - cpu0[k]) / max(report["turns"], 1), 3) for k in cpu1 if k in cpu0}
+        report["cpu_ms_per_turn"]["all processes"] = round(sum(report["cpu_ms_per_turn"].values()), 3)
         self.progress(f"bench scale: {self.name}: measured tenant, {report['turns']} turns with {registry.encoder_name} "
-                      f"in {report['seconds']} s")
+                      f"in {report['seconds']} s; CPU ms per turn {report['cpu_ms_per_turn']}")
         _save(self.state_path, {"measured_turns": report["turns"], "fleet_turns": 0, "seed": self.cfg.shape.seed,
                                 "shape": asdict(self.cfg.shape), "measured_ingest": report})
         return report["turns"]
@@ -275,7 +279,8 @@ async def run(cfg: ScaleConfig, progress: Callable[[str], None] = print, on_poin
     report: dict = {"config": {"points": points, "seed": cfg.shape.seed, "shape": asdict(cfg.shape), "chunk": CHUNK,
                                "conversations": sorted(cfg.conversations) if cfg.conversations else None,
                                "measured_encoder": registry.encoder_name, "bulk_models": BulkRegistry(small.settings, dim).encoder().model_name},
-                    "points": []}
+                    "points": [],
+                    "measured_ingest": {store.name: _state(store.state_path).get("measured_ingest") for store in (small, large)}}
     for point in points[1:] or points[:1]:
         await large.grow(fleet, dim, point)
         progress(f"bench scale: comparing {small.stored_turns():,} and {large.stored_turns():,} stored turns")

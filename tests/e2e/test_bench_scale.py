@@ -38,6 +38,7 @@ def test_bench_scale_smoke_point_and_resume(tmp_path, locomo):
     assert p["p95_ratio"] > 0 and isinstance(p["recall_equal"], bool)
     assert set(r["bytes_per_turn"]) == {"1000", "10000"}
     assert sum(c["turns"] for c in p["large_ingest"]) == 10000 - 419  # conv-26's 419 turns are measured
+    assert r["measured_ingest"]["large"]["cpu_ms_per_turn"]["benchmark process"] > 0
     cpu = p["large_ingest_cpu_ms_per_turn"]  # embedded: every projection runs in the benchmark's process
     assert set(cpu) == {"benchmark process", "all processes", "wall"} and 0 < cpu["benchmark process"] == cpu["all processes"]
     assert (out.with_suffix(".png")).stat().st_size > 10_000
