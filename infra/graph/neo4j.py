@@ -279,13 +279,16 @@ class Neo4jGraphStore:
             tx.run("UNWIND $rows AS r MATCH (c:Context {gen: $gen, turn_id: r.context_id}) "
                    "MERGE (s:Sentence {gen: $gen, sentence_id: r.sentence_id}) SET s += r MERGE (c)-[:HAS_SENTENCE]->(s)",
                    rows=chunk, gen=gen).consume()
-        for (tenant, conv, session), edges in change.adjacency.items():
-            tx.run("MATCH (a:Context)-[r:NEXT]->() WHERE a.gen = $gen AND a.tenant_id = $tenant AND a.conversation_id = $conv "
-                   "AND r.session_id = $session DELETE r", gen=gen, tenant=tenant, conv=conv, session=session).consume()
-            for chunk in _chunks([[e.source, e.target] for e in edges]):
-                tx.run("UNWIND $rows AS r MATCH (a:Context {gen: $gen, turn_id: r[0]}) MATCH (b:Context {gen: $gen, turn_id: r[1]}) "
-                       "MERGE (a)-[n:NEXT]->(b) SET n.session_id = $session", rows=chunk, gen=gen, session=session).consume()
-            touched.add((tenant, conv))
+        # Each touched session's adjacency is replaced: its old NEXT edges go, its new ones come,
+        # every session in one statement of each kind (per-session statements were two round
+        # trips per session: 2.1 s of ~13 s of graph writes for the dev split).
+        for chunk in _chunks([list(key) for key in change.adjacency]):
+            tx.run("UNWIND $rows AS s MATCH (a:Context)-[r:NEXT]->() WHERE a.gen = $gen AND a.tenant_id = s[0] AND a.conversation_id = s[1] "
+                   "AND r.session_id = s[2] DELETE r", rows=chunk, gen=gen).consume()
+        for chunk in _chunks([[e.source, e.target, session] for (_, _, session), edges in change.adjacency.items() for e in edges]):
+            tx.run("UNWIND $rows AS r MATCH (a:Context {gen: $gen, turn_id: r[0]}) MATCH (b:Context {gen: $gen, turn_id: r[1]}) "
+                   "MERGE (a)-[n:NEXT]->(b) SET n.session_id = r[2]", rows=chunk, gen=gen).consume()
+        touched |= {(tenant, conv) for tenant, conv, _ in change.adjacency}
         faults.hit("view-written")  # crash tests (schemas/faults.py): the transaction holds the view's writes, not the positions
         tx.run("UNWIND $rows AS r MERGE (p:MemstreamPosition {view: $view, gen: $gen, partition: r[0]}) SET p.next_offset = r[1]",
                rows=[[int(p), int(o)] for p, o in positions.items()], view=VIEW, gen=gen).consume()
