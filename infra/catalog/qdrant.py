@@ -21,7 +21,7 @@ import time
 
 from qdrant_client import QdrantClient, models
 
-from infra.qdrant_base import alias_name, generation_name, generation_of, match, open_client, point_uuid, translated
+from infra.qdrant_base import alias_name, generation_name, generation_of, match, open_client, point_uuid, translated, upsert
 from schemas.errors import StoreError
 from schemas.ports.views import ViewName
 
@@ -101,7 +101,7 @@ class QdrantViewCatalog:
         if only_existing and not old:
             return
         payload = {"view": view, "generation": generation, "created_at": time.time(), **(old[0].payload if old else {}), **fields}
-        self._qd().upsert(self.collection, [models.PointStruct(id=pid, vector={}, payload=payload)], wait=True)
+        upsert(self._qd(), self.collection, [models.PointStruct(id=pid, vector={}, payload=payload)])
 
     def model(self, view: ViewName, generation: int) -> str | None:
         return next((r.get("model") for r in self._records(view) if r["generation"] == generation), None)

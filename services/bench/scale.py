@@ -126,9 +126,7 @@ class Store:
 
         cpu0 = self._cpu_ms()
         report = await ingest(self.settings, registry, samples, MEASURED_TENANT, self.cfg.conversations)
-        cpu1 = self._cpu_ms()
-        report["cpu_ms_per_turn"] = {k: round((cpu1[k] - cpu0[k]) / max(report["turns"], 1), 3) for k in cpu1 if k in cpu0}
-        report["cpu_ms_per_turn"]["all processes"] = round(sum(report["cpu_ms_per_turn"].values()), 3)
+        report["cpu_ms_per_turn"] = _per_turn(_spent(cpu0, self._cpu_ms()), report["turns"])
         self.progress(f"bench scale: {self.name}: measured tenant, {report['turns']} turns with {registry.encoder_name} "
                       f"in {report['seconds']} s; CPU ms per turn {report['cpu_ms_per_turn']}")
         _save(self.state_path, {"measured_turns": report["turns"], "fleet_turns": 0, "seed": self.cfg.shape.seed,
@@ -157,12 +155,12 @@ class Store:
                 t1 = time.perf_counter()
                 await pipeline.process_until_caught_up()
                 t2 = time.perf_counter()
-                cpu1 = self._cpu_ms()
+                cpu_ms = _spent(cpu0, self._cpu_ms())
                 have += n
                 state["fleet_turns"] = have
                 _save(self.state_path, state)  # after the views hold the chunk: a resume never skips one
                 self.ingest.append({"turns": n, "append_s": round(t1 - t0, 3), "process_s": round(t2 - t1, 3),
-                                    "cpu_ms": {k: round(cpu1[k] - cpu0[k], 1) for k in cpu1 if k in cpu0}})
+                                    "cpu_ms": {k: round(v, 1) for k, v in cpu_ms.items()}})
                 rate = (have - start_have) / (time.perf_counter() - t_start)
                 left = (want - have) / rate if rate else 0
                 self.progress(f"bench scale: {self.name}: {have + state['measured_turns']:,}/{total:,} turns, "
@@ -296,13 +294,24 @@ async def run(cfg: ScaleConfig, progress: Callable[[str], None] = print, on_poin
     return report
 
 
+def _spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU ms each process used between two readings (a process missing from either is left out)."""
+    return {k: after[k] - before[k] for k in after if k in before}
+
+
+def _per_turn(cpu_ms: dict[str, float], turns: int) -> dict[str, float]:
+    """CPU ms per turn by process, and their sum."""
+    out = {k: round(v / max(turns, 1), 3) for k, v in cpu_ms.items()}
+    out["all processes"] = round(sum(out.values()), 3)
+    return out
+
+
 def cpu_per_turn(chunks: list[dict]) -> dict[str, float]:
     """CPU ms per bulk-loaded turn by process, their sum, and the wall ms per turn beside it."""
     turns = sum(c["turns"] for c in chunks)
     if not turns:
         return {}
-    out = {name: round(sum(c["cpu_ms"].get(name, 0.0) for c in chunks) / turns, 3) for name in chunks[0].get("cpu_ms", {})}
-    out["all processes"] = round(sum(out.values()), 3)
+    out = _per_turn({name: sum(c["cpu_ms"].get(name, 0.0) for c in chunks) for name in chunks[0].get("cpu_ms", {})}, turns)
     out["wall"] = round(sum(c["append_s"] + c["process_s"] for c in chunks) * 1000 / turns, 3)
     return out
 
