@@ -192,14 +192,98 @@ class Variant(zm.ZeroMem):
         np.maximum.at(out, owner, self.ctx.sentence_relevance(keys))
         return zm.mm(out)
 
+    # diverse: the evidence order re-ranked greedily so that a turn loses `penalty` for each turn
+    # already chosen from its session ("session") or within 2 turns of it ("near"), or by its
+    # best cosine to them ("mmr"); for every question or only those asking for a list
+    def order(self, mode: str = "zero-mem"):
+        base = super().order(mode)
+        if "diverse" not in SETTING:
+            return base
+        penalty, unit, scope, pool = SETTING["diverse"]
+        if scope == "list" and self.profile.answer_type != "list":
+            return base
+        return self._extra("diverse", lambda: self._diverse(base, penalty, unit, pool))
+
+    def _diverse(self, base: np.ndarray, penalty: float, unit: str, pool: int) -> np.ndarray:
+        score = self.scores("zero-mem")[2]
+        head = base[:pool].tolist()
+        session = self.corpus.session
+        if unit == "mmr":
+            ids = [self.corpus.turns[i].unit_id for i in head]
+            got = self.ctx.store("dense").vectors("turn", self.ctx.boundary.tenant_id, ids)
+            vec = np.stack([np.asarray(got[t], dtype=float) for t in ids])
+            vec /= np.linalg.norm(vec, axis=1, keepdims=True) + 1e-12
+            sims = vec @ vec.T
+        chosen: list[int] = []
+        left = list(range(len(head)))
+        while left:
+            def value(j: int) -> float:
+                i = head[j]
+                if not chosen:
+                    return float(score[i])
+                if unit == "session":
+                    hits = sum(session[head[c]] == session[i] for c in chosen)
+                elif unit == "near":
+                    hits = sum(session[head[c]] == session[i] and abs(head[c] - i) <= 2 for c in chosen)
+                else:
+                    hits = max(float(sims[j, c]) for c in chosen)
+                return float(score[i]) - penalty * hits
+            best = max(left, key=lambda j: (value(j), -j))
+            chosen.append(best)
+            left.remove(best)
+        return np.concatenate([np.array([head[j] for j in chosen], dtype=base.dtype), base[pool:]])
+
     # prior: the walk's context priors from the hierarchy view instead of the dense one
+    # twohop: multi-hop as two-step retrieval: the entities of the first hop's top turns (the
+    # fused ranking of the shipped walk and the hierarchy view; "ner": named ones only, "all":
+    # keyword nodes too) join the question's activations in a second walk, which replaces the first
     @property
     def graph_scores(self):
         if "kwvec" in SETTING or "hyponym" in SETTING:  # other activations: the shipped memo (keyed on constants) does not apply
             return self._extra("kwvec-walk", self._graph_scores)
+        if "twohop" in SETTING:
+            return self._extra("twohop", self._two_hop_walk)
         if "prior" not in SETTING:
             return super().graph_scores
         return self._extra("prior", self._hierarchy_prior_walk)
+
+    def _two_hop_walk(self):
+        top_m, weight, kinds, how = SETTING["twohop"]
+        first = super().graph_scores
+        if first is None:
+            return None
+        cfg, b = self.cfg, self.ctx.boundary
+        hop1 = cfg.rho * zm.mm(self.hierarchy) + (1 - cfg.rho) * zm.mm(zm.mm(first) + cfg.g_lexical * self.lexcov)
+        top = zm._order(hop1)[:top_m].tolist()
+        ids = zm._turn_arrays(self.corpus).ids
+        graph = self.ctx.store("graph")
+        ents, ner, df = _entity_table(self.corpus, graph, b)
+        speakers = {entity_id(b.tenant_id, normalize_entity(s_)) for s_ in self.corpus.speakers}
+        eta = dict(self.activations)
+        gained: dict[str, float] = {}
+        for i in top:
+            for e in ents.get(ids[i], ()):
+                if e in speakers or e in eta or (kinds == "ner" and e not in ner):
+                    continue
+                g = 1.0 if how == "flat" else float(hop1[i]) * np.log(self.n / df[e])
+                gained[e] = gained.get(e, 0.0) + g
+        if not gained:
+            return first
+        best = max(gained.values())
+        for e, g in gained.items():
+            eta[e] = weight * cfg.keyword_activation * g / best
+        ids_, act = self._propagate(eta)
+        total = float(act.sum())
+        keep = act > 0
+        reset = dict(zip(compress(ids_, keep.tolist()), (cfg.beta_entities * act[keep] / total).tolist()))
+        dn = self.ctx.dense("turn")
+        order = np.argsort(-dn, kind="stable")[: cfg.prior_top]
+        prior = np.clip(dn[order] - dn[order].min() + 1e-3, 1e-6, None)
+        for i, w in zip(order, prior / prior.sum()):
+            reset[ids[i]] = reset.get(ids[i], 0.0) + (1 - cfg.beta_entities) * float(w)
+        pi = graph.personalized_pagerank(b, reset, cfg.gamma, adjacency_weight=cfg.adjacency_weight, max_share=cfg.hub_share,
+                                         max_iterations=cfg.ppr_iterations)
+        return self._on_corpus(pi)
 
     def _hierarchy_prior_walk(self):
         cfg, eta = self.cfg, self.activations
@@ -252,6 +336,24 @@ class Variant(zm.ZeroMem):
         return zm.mm(out)
 
 
+_ENTITIES: dict = {}
+
+
+def _entity_table(corpus, graph, boundary):
+    """Per turn id its graph entities (NER, speakers, keyword nodes); the named (NER) ones; each entity's
+    number of turns. Once per corpus."""
+    if id(corpus) not in _ENTITIES or _ENTITIES[id(corpus)][0] is not corpus:
+        ids = zm._turn_arrays(corpus).ids
+        ents = graph.context_entities(boundary.tenant_id, ids)
+        ner = {e for found in graph.context_mentions(boundary).values() for e, label in found if label not in ("KEYWORD", "SPEAKER")}
+        df: dict[str, int] = {}
+        for found in ents.values():
+            for e in found:
+                df[e] = df.get(e, 0) + 1
+        _ENTITIES[id(corpus)] = (corpus, ents, ner, df)
+    return _ENTITIES[id(corpus)][1:]
+
+
 def _transform(s: np.ndarray, how: str) -> np.ndarray:
     if how == "minmax":
         return zm.mm(s)
@@ -294,6 +396,12 @@ VARIANTS: dict[str, list] = {
                + [(f"closure neighbours 1 bonus {b}", {}, dict(closure_neighbours=1, neighbour_bonus=b), "zero-mem") for b in (0.02, 0.05)],
     "sentence": [(f"sentence {w} ({mode})", {"sentence": w}, {}, mode) for mode in ("zero-mem", "hierarchy-only")
                  for w in (0.1, 0.2, 0.4, 0.7, 1.0)],
+    "diverse": [(f"diverse {unit} penalty {p} ({scope}, pool {pool})", {"diverse": (p, unit, scope, pool)}, {}, "zero-mem")
+                for unit in ("session", "near", "mmr") for scope in ("all", "list") for pool in (40,)
+                for p in ((0.1, 0.2, 0.4) if unit == "mmr" else (0.02, 0.05, 0.1, 0.2))],
+    "twohop": [(f"two-hop top {m} weight {w} {kinds} {how} ({mode})", {"twohop": (m, w, kinds, how)}, {}, mode)
+               for mode in ("zero-mem",) for kinds in ("ner", "all") for how in ("flat", "idf") for m in (3, 5, 10) for w in (0.3, 0.6, 1.0)]
+              + [(f"two-hop top 5 weight {w} all idf (graph-only)", {"twohop": (5, w, "all", "idf")}, {}, "graph-only") for w in (0.3, 1.0)],
     "degree": [(f"degree^{d}", {"degree": d}, {}, "zero-mem") for d in (0.25, 0.5, 0.75, 1.0)],
     "prior": [(f"hierarchy prior beta {b} top {t} rho {r}", {"prior": 1}, dict(beta_entities=b, prior_top=t, rho=r), "zero-mem")
               for b in (0.9, 0.8, 0.65, 0.5, 0.3) for t in (10, 20) for r in (0.6, 0.5)],
