@@ -356,21 +356,34 @@ class Neo4jGraphStore:
                            "RETURN e.entity_id AS e", tenant=tenant_id, ids=list(entity_ids))
         return {r["e"] for r in rows}
 
-    def _present(self, boundary: Boundary, entity_ids: list[str]) -> list:
-        where, params = _scope(boundary)
-        return self._query(
-            "matching entities inside a boundary",
-            "MATCH (e:Entity) WHERE e.gen = $gen AND e.entity_id IN $ids "
-            f"AND EXISTS {{ MATCH (e)<-[m:MENTIONS]-(c:Context) WHERE m.kind IN $kinds AND {where} }} "
-            "RETURN e.entity_id AS id, e.label AS label", ids=list(entity_ids), kinds=NODE_KINDS, **params)
+    def _entities(self, boundary: Boundary) -> tuple[Mapping[str, str], Mapping[str, str]]:
+        """(every entity a context inside the boundary mentions as a graph node, the named ones
+        among them: those with a vector), each id -> label. Read once per boundary and data
+        version: a question asks for its keyword nodes and its names, which were a Cypher round
+        trip each (~2-3 ms of Neo4j CPU) and are now dictionary lookups. A conversation holds a few
+        thousand such entities (the dev split: ~600 per conversation, keyword nodes most of them)."""
+        def read() -> tuple[Mapping[str, str], Mapping[str, str]]:
+            where, params = _scope(boundary)
+            rows = self._query("reading a boundary's entities",
+                               f"MATCH (c:Context) WHERE {where} MATCH (c)-[m:MENTIONS]->(e:Entity) WHERE m.kind IN $kinds "
+                               "RETURN DISTINCT e.entity_id AS id, e.label AS label, e.vector IS NOT NULL AS named",
+                               kinds=NODE_KINDS, **params)
+            return (MappingProxyType({r["id"]: r["label"] for r in rows}),
+                    MappingProxyType({r["id"]: r["label"] for r in rows if r["named"]}))
+
+        return self._per_version("entities", boundary, read)
 
     def present(self, boundary: Boundary, entity_ids: list[str]) -> set[str]:
-        return {r["id"] for r in self._present(boundary, entity_ids)} if entity_ids else set()
+        if not entity_ids:
+            return set()
+        everyone = self._entities(boundary)[0]
+        return {e for e in entity_ids if e in everyone}
 
     def align_entities(self, boundary: Boundary, entity_ids: list[str], vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
         exact_ids = list(entity_ids)
-        found = {r["id"]: r for r in self._present(boundary, exact_ids)} if exact_ids else {}
-        out: list[list[EntityMatch]] = [[EntityMatch(e, found[e]["label"], 1.0)] if e in found else [] for e in exact_ids]
+        everyone = self._entities(boundary)[0] if exact_ids else {}
+        out: list[list[EntityMatch]] = [[EntityMatch(e, everyone[e], 1.0)] if e in everyone else [] for e in exact_ids]
+        found = {e for e in exact_ids if e in everyone}
         q = np.atleast_2d(np.asarray(vectors, dtype=np.float32)) if len(exact_ids) else np.zeros((0, 0), np.float32)
         todo = [i for i, e in enumerate(exact_ids) if e not in found and i < q.shape[0]]
         if not todo or k <= 0:
@@ -393,14 +406,7 @@ class Neo4jGraphStore:
         return out
 
     def entity_labels(self, boundary: Boundary) -> Mapping[str, str]:
-        def read() -> Mapping[str, str]:
-            where, params = _scope(boundary)
-            rows = self._query("reading a boundary's entity labels",
-                               f"MATCH (c:Context) WHERE {where} MATCH (c)-[m:MENTIONS]->(e:Entity) WHERE m.kind IN $kinds "
-                               "AND e.vector IS NOT NULL RETURN DISTINCT e.entity_id AS id, e.label AS label", kinds=NODE_KINDS, **params)
-            return MappingProxyType({r["id"]: r["label"] for r in rows})
-
-        return self._per_version("entity_labels", boundary, read)
+        return self._entities(boundary)[1]
 
     def context_mentions(self, boundary: Boundary) -> dict[str, list[tuple[str, str]]]:
         where, params = _scope(boundary)

@@ -156,6 +156,29 @@ def test_forget_turn_and_conversation(store):
     assert store.positions() == {0: 6}
 
 
+def test_boundary_reads_follow_writes_and_forgets(store):
+    """An adapter may keep a boundary's entities, labels and sentences between writes (Neo4j
+    does, per data version); what a query then reads must still be what the graph holds now."""
+    rows, ids = build(store)
+    b = Boundary("t1", ("c1",))
+    gelato, rome = entity_id("t1", "kw:gelato"), ids["rome"]
+    zero = np.zeros((2, 16), np.float32)  # scores 0 against every name: only exact matches score 1
+
+    def seen():
+        return (store.present(b, [gelato, rome]), [[m.entity_id for m in ms if m.score == 1.0] for ms in store.align_entities(b, [gelato, rome], zero, 1)],
+                rome in store.entity_labels(b), set(store.sentence_incidence(b).context_ids))
+
+    assert seen() == ({rome}, [[], [rome]], True, {r.turn_id for r in rows})  # read, and kept if the adapter keeps it
+    late = row(7, "late turn", tenant="t1", conv="c1")
+    change = GraphChangeSet(put_turns=[late], entities=[EntityNode(gelato, "t1", "kw:gelato", "KEYWORD", np.zeros(0, np.float32))],
+                            mentions=[Mention(gelato, late.turn_id, 1, 1.0, "keyword")],
+                            sentences=[SentenceNode(f"{late.turn_id}.s0", late.turn_id, 0, 0, 9, (gelato,))])
+    store.apply(change, {0: 9})
+    assert seen() == ({gelato, rome}, [[gelato], [rome]], True, {r.turn_id for r in rows} | {late.turn_id})
+    store.apply(GraphChangeSet(forgets=[Forget("t1", ForgetScope(level="turn", conversation_id="c1", event_id=rows[2].event_id))]), {0: 10})
+    assert seen() == ({gelato}, [[gelato], []], False, {r.turn_id for r in rows if r is not rows[2]} | {late.turn_id})
+
+
 def test_reads_from_several_threads_at_once_answer_as_alone(store, request):
     rows, ids = build(store)
     b = Boundary("t1", ("c1",))
