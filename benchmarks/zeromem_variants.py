@@ -272,18 +272,7 @@ class Variant(zm.ZeroMem):
         best = max(gained.values())
         for e, g in gained.items():
             eta[e] = weight * cfg.keyword_activation * g / best
-        ids_, act = self._propagate(eta)
-        total = float(act.sum())
-        keep = act > 0
-        reset = dict(zip(compress(ids_, keep.tolist()), (cfg.beta_entities * act[keep] / total).tolist()))
-        dn = self.ctx.dense("turn")
-        order = np.argsort(-dn, kind="stable")[: cfg.prior_top]
-        prior = np.clip(dn[order] - dn[order].min() + 1e-3, 1e-6, None)
-        for i, w in zip(order, prior / prior.sum()):
-            reset[ids[i]] = reset.get(ids[i], 0.0) + (1 - cfg.beta_entities) * float(w)
-        pi = graph.personalized_pagerank(b, reset, cfg.gamma, adjacency_weight=cfg.adjacency_weight, max_share=cfg.hub_share,
-                                         max_iterations=cfg.ppr_iterations)
-        return self._on_corpus(pi)
+        return self._walk(eta)
 
     def _hierarchy_prior_walk(self):
         cfg, eta = self.cfg, self.activations

@@ -426,24 +426,27 @@ class ZeroMem:
 
     def _graph_scores(self) -> np.ndarray | None:
         """Raw PPR scores of the boundary's contexts, or None when no entity aligns (eq. 10)."""
-        cfg = self.cfg
         with self.ctx.timed("graph_view"):
             eta = self.activations
-            if not eta:
-                return None
-            ids, act = self._propagate(eta)
-            total = sum(act.tolist())  # left to right, as over a dict of them
-            keep = act > 0
-            reset = dict(zip(compress(ids, keep.tolist()), (cfg.beta_entities * act[keep] / total).tolist()))
-            dn = self.ctx.dense("turn")
-            top = np.argsort(-dn, kind="stable")[: cfg.prior_top]
-            prior = np.clip(dn[top] - dn[top].min() + 1e-3, 1e-6, None)
-            for i, w in zip(top, prior / prior.sum()):
-                tid = self.corpus.turns[i].unit_id
-                reset[tid] = reset.get(tid, 0.0) + (1 - cfg.beta_entities) * float(w)
-            pi = self.ctx.store("graph").personalized_pagerank(
-                self.ctx.boundary, reset, cfg.gamma, adjacency_weight=cfg.adjacency_weight, max_share=cfg.hub_share,
-                max_iterations=cfg.ppr_iterations)
+            return self._walk(eta) if eta else None
+
+    def _walk(self, eta: dict[str, float]) -> np.ndarray:
+        """Eq. 9-10 from the activations `eta`: propagated over sentences, then a PPR whose reset
+        mass is theirs (share beta_entities) and the dense view's top turns' (the rest)."""
+        cfg = self.cfg
+        ids, act = self._propagate(eta)
+        total = sum(act.tolist())  # left to right, as over a dict of them
+        keep = act > 0
+        reset = dict(zip(compress(ids, keep.tolist()), (cfg.beta_entities * act[keep] / total).tolist()))
+        dn = self.ctx.dense("turn")
+        top = np.argsort(-dn, kind="stable")[: cfg.prior_top]
+        prior = np.clip(dn[top] - dn[top].min() + 1e-3, 1e-6, None)
+        for i, w in zip(top, prior / prior.sum()):
+            tid = self.corpus.turns[i].unit_id
+            reset[tid] = reset.get(tid, 0.0) + (1 - cfg.beta_entities) * float(w)
+        pi = self.ctx.store("graph").personalized_pagerank(
+            self.ctx.boundary, reset, cfg.gamma, adjacency_weight=cfg.adjacency_weight, max_share=cfg.hub_share,
+            max_iterations=cfg.ppr_iterations)
         return self._on_corpus(pi)
 
     def _on_corpus(self, scores: dict[str, float]) -> np.ndarray:
