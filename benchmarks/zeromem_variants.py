@@ -192,6 +192,26 @@ class Variant(zm.ZeroMem):
         np.maximum.at(out, owner, self.ctx.sentence_relevance(keys))
         return zm.mm(out)
 
+    # reldate: a turn's relative time phrases ("last week", "two days ago") resolved against the
+    # day it was said (services/query/answers.resolve_relative), as if normalised at ingest; the
+    # temporal compatibility takes the better of the turn's day and the days it speaks of
+    @property
+    def compat(self):
+        base = self._memo("compat", ("time_tau_days",), self._compat)
+        if "reldate" not in SETTING or self.profile.interval is None:
+            return base
+        return self._extra("reldate", lambda: self._event_compat(base))
+
+    def _event_compat(self, base):
+        subj, atype, tcomp = base
+        lo, hi = (d.toordinal() for d in self.profile.interval)
+        days = _event_days(self.corpus)
+        out = tcomp.copy()
+        for i, found in days.items():
+            gap = min(max(lo - d, d - hi, 0) for d in found)
+            out[i] = max(out[i], SETTING["reldate"] * max(0.0, 1.0 - gap / self.cfg.time_tau_days))
+        return subj, atype, out
+
     # diverse: the evidence order re-ranked greedily so that a turn loses `penalty` for each turn
     # already chosen from its session ("session") or within 2 turns of it ("near"), or by its
     # best cosine to them ("mmr"); for every question or only those asking for a list
@@ -326,6 +346,37 @@ class Variant(zm.ZeroMem):
 
 
 _ENTITIES: dict = {}
+_EVENT_DAYS: dict = {}
+
+
+def _event_days(corpus) -> dict[int, list[int]]:
+    """Per turn position: the days (ordinals) its relative time phrases speak of; once per corpus.
+    A week or weekday before: 4 days back; a month: its 15th; a year: July 1st."""
+    from datetime import date as _date, timedelta as _td
+
+    from services.query.answers import _REL, resolve_relative
+    if id(corpus) not in _EVENT_DAYS or _EVENT_DAYS[id(corpus)][0] is not corpus:
+        out: dict[int, list[int]] = {}
+        for i, t in enumerate(corpus.turns):
+            said = corpus.occurred[i].date()
+            for m in _REL.finditer(t.text):
+                r = resolve_relative(m.group(1), said)
+                if r is None:
+                    continue
+                v = r[1]
+                if isinstance(v, _date):
+                    d = v
+                elif isinstance(v, int):
+                    d = _date(v, 7, 1)
+                elif isinstance(v, tuple) and len(v) == 2:
+                    d = _date(v[0], v[1], 15)
+                elif isinstance(v, tuple) and v[0] == "before":
+                    d = said - _td(days=4)
+                else:
+                    d = said + _td(days=4)
+                out.setdefault(i, []).append(d.toordinal())
+        _EVENT_DAYS[id(corpus)] = (corpus, out)
+    return _EVENT_DAYS[id(corpus)][1]
 
 
 def _entity_table(corpus, graph, boundary):
@@ -385,6 +436,8 @@ VARIANTS: dict[str, list] = {
                + [(f"closure neighbours 1 bonus {b}", {}, dict(closure_neighbours=1, neighbour_bonus=b), "zero-mem") for b in (0.02, 0.05)],
     "sentence": [(f"sentence {w} ({mode})", {"sentence": w}, {}, mode) for mode in ("zero-mem", "hierarchy-only")
                  for w in (0.1, 0.2, 0.4, 0.7, 1.0)],
+    "reldate": [(f"relative dates resolved, weight {w}", {"reldate": w}, {}, "zero-mem") for w in (0.5, 1.0)]
+               + [(f"relative dates resolved, weight 1.0, c_time {c}", {"reldate": 1.0}, {"c_time": c}, "zero-mem") for c in (0.2, 0.6)],
     "diverse": [(f"diverse {unit} penalty {p} ({scope}, pool {pool})", {"diverse": (p, unit, scope, pool)}, {}, "zero-mem")
                 for unit in ("session", "near", "mmr") for scope in ("all", "list") for pool in (40,)
                 for p in ((0.1, 0.2, 0.4) if unit == "mmr" else (0.02, 0.05, 0.1, 0.2))],
