@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
 from itertools import compress
 from pathlib import Path
@@ -212,6 +213,15 @@ class Variant(zm.ZeroMem):
             out[i] = max(out[i], SETTING["reldate"] * max(0.0, 1.0 - gap / self.cfg.time_tau_days))
         return subj, atype, out
 
+    # recent: for a question about the current state ("currently", "still", "recently", ...), the
+    # later of conflicting turns preferred: a bonus growing with the turn's day in the boundary
+    def scores(self, mode: str = "zero-mem"):
+        fused, bonus, score = super().scores(mode)
+        if "recent" not in SETTING or not _CURRENT.search(self.profile.question):
+            return fused, bonus, score
+        day = zm._turn_arrays(self.corpus).day.astype(float)
+        return fused, bonus, score + SETTING["recent"] * zm.mm(day)
+
     # diverse: the evidence order re-ranked greedily so that a turn loses `penalty` for each turn
     # already chosen from its session ("session") or within 2 turns of it ("near"), or by its
     # best cosine to them ("mmr"); for every question or only those asking for a list
@@ -346,6 +356,7 @@ class Variant(zm.ZeroMem):
 
 
 _ENTITIES: dict = {}
+_CURRENT = re.compile(r"\b(currently|current|now|still|latest|recently|most recent|these days|anymore)\b", re.I)
 _EVENT_DAYS: dict = {}
 
 
@@ -438,6 +449,7 @@ VARIANTS: dict[str, list] = {
                  for w in (0.1, 0.2, 0.4, 0.7, 1.0)],
     "reldate": [(f"relative dates resolved, weight {w}", {"reldate": w}, {}, "zero-mem") for w in (0.5, 1.0)]
                + [(f"relative dates resolved, weight 1.0, c_time {c}", {"reldate": 1.0}, {"c_time": c}, "zero-mem") for c in (0.2, 0.6)],
+    "recent": [(f"recent {w}", {"recent": w}, {}, "zero-mem") for w in (0.05, 0.1, 0.2, 0.4)],
     "diverse": [(f"diverse {unit} penalty {p} ({scope}, pool {pool})", {"diverse": (p, unit, scope, pool)}, {}, "zero-mem")
                 for unit in ("session", "near", "mmr") for scope in ("all", "list") for pool in (40,)
                 for p in ((0.1, 0.2, 0.4) if unit == "mmr" else (0.02, 0.05, 0.1, 0.2))],
