@@ -17,7 +17,7 @@ import argparse
 import asyncio
 import re
 import sys
-from itertools import compress
+from datetime import date, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +35,7 @@ from services.eval import loco  # noqa: E402
 from services.eval.locomo import ingest, questions  # noqa: E402
 from services.eval.metrics import CATEGORIES  # noqa: E402
 from services.query import zeromem as zm  # noqa: E402
+from services.query.answers import _REL, resolve_relative  # noqa: E402  (the answers' own relative-date rules)
 from services.query.config import DEFAULT  # noqa: E402
 from streams.sources import locomo  # noqa: E402
 
@@ -226,16 +227,16 @@ class Variant(zm.ZeroMem):
     # already chosen from its session ("session") or within 2 turns of it ("near"), or by its
     # best cosine to them ("mmr"); for every question or only those asking for a list
     def order(self, mode: str = "zero-mem"):
-        base = super().order(mode)
         if "diverse" not in SETTING:
-            return base
+            return super().order(mode)
+        score = self.scores(mode)[2]
+        base = zm._order(score)
         penalty, unit, scope, pool = SETTING["diverse"]
         if scope == "list" and self.profile.answer_type != "list":
             return base
-        return self._extra("diverse", lambda: self._diverse(base, penalty, unit, pool))
+        return self._extra("diverse", lambda: self._diverse(score, base, penalty, unit, pool))
 
-    def _diverse(self, base: np.ndarray, penalty: float, unit: str, pool: int) -> np.ndarray:
-        score = self.scores("zero-mem")[2]
+    def _diverse(self, score: np.ndarray, base: np.ndarray, penalty: float, unit: str, pool: int) -> np.ndarray:
         head = base[:pool].tolist()
         session = self.corpus.session
         if unit == "mmr":
@@ -305,20 +306,7 @@ class Variant(zm.ZeroMem):
         return self._walk(eta)
 
     def _hierarchy_prior_walk(self):
-        cfg, eta = self.cfg, self.activations
-        ids, act = self._propagate(eta) if eta else ([], np.zeros(0))
-        total = float(act.sum())
-        keep = act > 0
-        reset = dict(zip(compress(ids, keep.tolist()), (cfg.beta_entities * act[keep] / total).tolist())) if total else {}
-        h = self.hierarchy
-        top = np.argsort(-h, kind="stable")[: cfg.prior_top]
-        prior = np.clip(h[top] - h[top].min() + 1e-3, 1e-6, None)
-        for i, w in zip(top, prior / prior.sum()):
-            tid = self.corpus.turns[i].unit_id
-            reset[tid] = reset.get(tid, 0.0) + (1 - cfg.beta_entities) * float(w)
-        pi = self.ctx.store("graph").personalized_pagerank(self.ctx.boundary, reset, cfg.gamma, adjacency_weight=cfg.adjacency_weight,
-                                                         max_share=cfg.hub_share, max_iterations=cfg.ppr_iterations)
-        return self._on_corpus(pi)
+        return self._walk(self.activations, self.hierarchy)
 
     # degree: PPR divided by context degree^d; transform: PPR fused by another normalisation;
     # focus: query-relevant sentences that mention activated entities, as a graph-view term
@@ -363,9 +351,6 @@ _EVENT_DAYS: dict = {}
 def _event_days(corpus) -> dict[int, list[int]]:
     """Per turn position: the days (ordinals) its relative time phrases speak of; once per corpus.
     A week or weekday before: 4 days back; a month: its 15th; a year: July 1st."""
-    from datetime import date as _date, timedelta as _td
-
-    from services.query.answers import _REL, resolve_relative
     if id(corpus) not in _EVENT_DAYS or _EVENT_DAYS[id(corpus)][0] is not corpus:
         out: dict[int, list[int]] = {}
         for i, t in enumerate(corpus.turns):
@@ -375,16 +360,16 @@ def _event_days(corpus) -> dict[int, list[int]]:
                 if r is None:
                     continue
                 v = r[1]
-                if isinstance(v, _date):
+                if isinstance(v, date):
                     d = v
                 elif isinstance(v, int):
-                    d = _date(v, 7, 1)
+                    d = date(v, 7, 1)
                 elif isinstance(v, tuple) and len(v) == 2:
-                    d = _date(v[0], v[1], 15)
+                    d = date(v[0], v[1], 15)
                 elif isinstance(v, tuple) and v[0] == "before":
-                    d = said - _td(days=4)
+                    d = said - timedelta(days=4)
                 else:
-                    d = said + _td(days=4)
+                    d = said + timedelta(days=4)
                 out.setdefault(i, []).append(d.toordinal())
         _EVENT_DAYS[id(corpus)] = (corpus, out)
     return _EVENT_DAYS[id(corpus)][1]

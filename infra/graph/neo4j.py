@@ -383,9 +383,8 @@ class Neo4jGraphStore:
         exact_ids = list(entity_ids)
         everyone = self._entities(boundary)[0] if exact_ids else {}
         out: list[list[EntityMatch]] = [[EntityMatch(e, everyone[e], 1.0)] if e in everyone else [] for e in exact_ids]
-        found = {e for e in exact_ids if e in everyone}
         q = np.atleast_2d(np.asarray(vectors, dtype=np.float32)) if len(exact_ids) else np.zeros((0, 0), np.float32)
-        todo = [i for i, e in enumerate(exact_ids) if e not in found and i < q.shape[0]]
+        todo = [i for i, e in enumerate(exact_ids) if e not in everyone and i < q.shape[0]]
         if not todo or k <= 0:
             return out
         queries = [{"i": i, "v": [float(x) for x in q[i]], "zero": not np.any(q[i])} for i in todo]

@@ -430,15 +430,16 @@ class ZeroMem:
             eta = self.activations
             return self._walk(eta) if eta else None
 
-    def _walk(self, eta: dict[str, float]) -> np.ndarray:
+    def _walk(self, eta: dict[str, float], prior_scores: np.ndarray | None = None) -> np.ndarray:
         """Eq. 9-10 from the activations `eta`: propagated over sentences, then a PPR whose reset
-        mass is theirs (share beta_entities) and the dense view's top turns' (the rest)."""
+        mass is theirs (share beta_entities) and the top turns' by `prior_scores` (the rest; by
+        default the dense view's)."""
         cfg = self.cfg
         ids, act = self._propagate(eta)
         total = sum(act.tolist())  # left to right, as over a dict of them
         keep = act > 0
-        reset = dict(zip(compress(ids, keep.tolist()), (cfg.beta_entities * act[keep] / total).tolist()))
-        dn = self.ctx.dense("turn")
+        reset = dict(zip(compress(ids, keep.tolist()), (cfg.beta_entities * act[keep] / total).tolist())) if total else {}
+        dn = self.ctx.dense("turn") if prior_scores is None else prior_scores
         top = np.argsort(-dn, kind="stable")[: cfg.prior_top]
         prior = np.clip(dn[top] - dn[top].min() + 1e-3, 1e-6, None)
         for i, w in zip(top, prior / prior.sum()):
