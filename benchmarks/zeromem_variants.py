@@ -453,6 +453,25 @@ VARIANTS: dict[str, list] = {
 }
 
 
+def open_bank(data: Path, data_dir: Path):
+    """(QuestionBank over the dev questions, its LiveViews to close, the registry); the split is
+    ingested into data_dir on first use and kept for later runs."""
+    from services.query.service import QueryService
+    from services.views import LiveViews
+
+    samples = locomo.load(data)
+    settings = Settings().model_copy(update={"data_dir": data_dir})
+    registry = Registry(settings)
+    if not (data_dir / ".ingested").exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        print(asyncio.run(ingest(settings, registry, samples, "locomo", None)), flush=True)
+        (data_dir / ".ingested").touch()
+    views = LiveViews(registry)
+    service = QueryService(views, registry.encoder(), registry.extractor())
+    service.start()
+    return loco.QuestionBank(service, views, questions(samples, None), "locomo"), views, registry
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="../shared/data/locomo/locomo-dev.json")
@@ -463,23 +482,9 @@ def main() -> int:
     unknown = sorted(set(wanted) - set(VARIANTS))
     if unknown:
         ap.error(f"unknown variants {unknown}")
-    samples = locomo.load(Path(args.data))
-    data_dir = Path(args.data_dir)
-    settings = Settings().model_copy(update={"data_dir": data_dir})
-    registry = Registry(settings)
-    if not (data_dir / ".ingested").exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        print(asyncio.run(ingest(settings, registry, samples, "locomo", None)), flush=True)
-        (data_dir / ".ingested").touch()
-    from services.query.service import QueryService
-    from services.views import LiveViews
-
     loco.ZeroMem = Variant  # the bank scores through the variant class
-    views = LiveViews(registry)
+    bank, views, _ = open_bank(Path(args.data), Path(args.data_dir))
     try:
-        service = QueryService(views, registry.encoder(), registry.extractor())
-        service.start()
-        bank = loco.QuestionBank(service, views, questions(samples, None), "locomo")
         every = np.arange(len(bank.qs))
 
         def show(label: str, setting: dict, changes: dict, mode: str) -> None:
