@@ -83,6 +83,8 @@ class Variant(zm.ZeroMem):
         eta = self._memo("activations", ("question_entities", "align_min", "keyword_activation"), self._activations)
         if "hyponym" in SETTING:
             return self._extra("hyponym", lambda: self._member_keywords(eta))
+        if "phrase" in SETTING:
+            return self._extra("phrase", lambda: self._phrase_keywords(eta))
         if "kwvec" not in SETTING:
             return eta
         return self._extra("kwvec", lambda: self._semantic_keywords(eta))
@@ -95,6 +97,17 @@ class Variant(zm.ZeroMem):
         out = dict(eta)
         for e in self._members(senses, depth, cap)[0]:
             out[e] = max(out.get(e, 0.0), weight * self.cfg.keyword_activation)
+        return out
+
+    # phrase: two-word noun phrases as graph nodes ("support group", "pottery class"): needs a
+    # store ingested with --phrase-nodes; the question's adjacent keyword pairs present in the
+    # boundary are activated at `weight` times a keyword's activation
+    def _phrase_keywords(self, eta: dict) -> dict:
+        b, out = self.ctx.boundary, dict(eta)
+        speakers = {w for sp_ in self.corpus.speakers for w in normalize_entity(sp_).split()}
+        ids = [entity_id(b.tenant_id, "kw:" + st) for _, st in phrase_occurrences(self.profile.question, [], speakers)]
+        for e in sorted(self.ctx.store("graph").present(b, ids)) if ids else []:
+            out[e] = max(out.get(e, 0.0), SETTING["phrase"] * self.cfg.keyword_activation)
         return out
 
     def _members(self, senses: int, depth: int, cap: int) -> tuple[list[str], list[str]]:
@@ -270,7 +283,7 @@ class Variant(zm.ZeroMem):
     # keyword nodes too) join the question's activations in a second walk, which replaces the first
     @property
     def graph_scores(self):
-        if "kwvec" in SETTING or "hyponym" in SETTING:  # other activations: the shipped memo (keyed on constants) does not apply
+        if "kwvec" in SETTING or "hyponym" in SETTING or "phrase" in SETTING:  # other activations: the shipped memo (keyed on constants) does not apply
             return self._extra("kwvec-walk", self._graph_scores)
         if "twohop" in SETTING:
             return self._extra("twohop", self._two_hop_walk)
@@ -341,6 +354,28 @@ class Variant(zm.ZeroMem):
             owner = np.array([pos.get(c, -1) for c in inc.context_ids])
             np.maximum.at(out, owner[owner >= 0], s[owner >= 0])
         return zm.mm(out)
+
+
+def phrase_occurrences(text: str, skip: list[tuple[int, int]], speaker_words: set[str]) -> list[tuple[int, str]]:
+    """(start, "stem_stem") of each two adjacent content words (nothing but spaces between them),
+    both keyword-node words: 3+ character stems, not numbers, not a speaker's name, not inside an
+    entity mention. As the projection would add them beside the single-word keyword nodes."""
+    found = [(a, b, w, st) for a, b, w, st in content_words(text)
+             if len(st) > 2 and not w.isdigit() and w not in speaker_words and not any(x <= a < y for x, y in skip)]
+    return [(a1, f"{s1}_{s2}") for (a1, b1, _, s1), (a2, _, _, s2) in zip(found, found[1:]) if not text[b1:a2].strip()]
+
+
+def _with_phrase_nodes() -> None:
+    """Ingest with two-word phrase nodes: the graph projection's keyword occurrences gain each
+    turn's adjacent content-word pairs (only this process, for a store of its own)."""
+    from streams.projections import graph as projection
+
+    single = projection.keyword_occurrences
+
+    def both(text: str, skip: list[tuple[int, int]], speaker: str) -> list[tuple[int, str]]:
+        return single(text, skip, speaker) + phrase_occurrences(text, skip, set(normalize_entity(speaker).split()))
+
+    projection.keyword_occurrences = both
 
 
 _ENTITIES: dict = {}
@@ -441,6 +476,8 @@ VARIANTS: dict[str, list] = {
     "twohop": [(f"two-hop top {m} weight {w} {kinds} {how} ({mode})", {"twohop": (m, w, kinds, how)}, {}, mode)
                for mode in ("zero-mem",) for kinds in ("ner", "all") for how in ("flat", "idf") for m in (3, 5, 10) for w in (0.3, 0.6, 1.0)]
               + [(f"two-hop top 5 weight {w} all idf (graph-only)", {"twohop": (5, w, "all", "idf")}, {}, "graph-only") for w in (0.3, 1.0)],
+    "phrase": [(f"phrase nodes weight {w} ({mode})", {"phrase": w}, {}, mode) for mode in ("zero-mem", "graph-only")
+               for w in (0.5, 1.0, 1.5, 2.0, 3.0)],
     "degree": [(f"degree^{d}", {"degree": d}, {}, "zero-mem") for d in (0.25, 0.5, 0.75, 1.0)],
     "prior": [(f"hierarchy prior beta {b} top {t} rho {r}", {"prior": 1}, dict(beta_entities=b, prior_top=t, rho=r), "zero-mem")
               for b in (0.9, 0.8, 0.65, 0.5, 0.3) for t in (10, 20) for r in (0.6, 0.5)],
@@ -453,19 +490,25 @@ VARIANTS: dict[str, list] = {
 }
 
 
-def open_bank(data: Path, data_dir: Path):
+def open_bank(data: Path, data_dir: Path, phrase_nodes: bool = False):
     """(QuestionBank over the dev questions, its LiveViews to close, the registry); the split is
-    ingested into data_dir on first use and kept for later runs."""
+    ingested into data_dir on first use and kept for later runs. `phrase_nodes`: the store has
+    two-word phrase nodes too (a store of its own: the marker file says which kind it holds)."""
     from services.query.service import QueryService
     from services.views import LiveViews
 
     samples = locomo.load(data)
     settings = Settings().model_copy(update={"data_dir": data_dir})
     registry = Registry(settings)
-    if not (data_dir / ".ingested").exists():
+    marker, kind = data_dir / ".ingested", "phrase-nodes" if phrase_nodes else ""
+    if marker.exists() and marker.read_text().strip() != kind:
+        raise SystemExit(f"{data_dir} holds a store ingested {'with' if not kind else 'without'} --phrase-nodes; use another --data-dir")
+    if not marker.exists():
+        if phrase_nodes:
+            _with_phrase_nodes()
         data_dir.mkdir(parents=True, exist_ok=True)
         print(asyncio.run(ingest(settings, registry, samples, "locomo", None)), flush=True)
-        (data_dir / ".ingested").touch()
+        marker.write_text(kind)
     views = LiveViews(registry)
     service = QueryService(views, registry.encoder(), registry.extractor())
     service.start()
@@ -477,13 +520,14 @@ def main() -> int:
     ap.add_argument("--data", default="../shared/data/locomo/locomo-dev.json")
     ap.add_argument("--data-dir", required=True, help="ingested split, kept between runs (ingested on first use)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated of {', '.join(VARIANTS)}")
+    ap.add_argument("--phrase-nodes", action="store_true", help="the store has two-word phrase nodes (ingested so on first use; the phrase variant needs it)")
     args = ap.parse_args()
     wanted = [v for v in args.variants.split(",") if v]
     unknown = sorted(set(wanted) - set(VARIANTS))
     if unknown:
         ap.error(f"unknown variants {unknown}")
     loco.ZeroMem = Variant  # the bank scores through the variant class
-    bank, views, _ = open_bank(Path(args.data), Path(args.data_dir))
+    bank, views, _ = open_bank(Path(args.data), Path(args.data_dir), args.phrase_nodes)
     try:
         every = np.arange(len(bank.qs))
 
