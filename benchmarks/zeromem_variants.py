@@ -527,6 +527,8 @@ def main() -> int:
     unknown = sorted(set(wanted) - set(VARIANTS))
     if unknown:
         ap.error(f"unknown variants {unknown}")
+    if "phrase" in wanted and not args.phrase_nodes:
+        ap.error("the phrase variant needs a store with phrase nodes: --phrase-nodes (and a --data-dir of its own)")
     loco.ZeroMem = Variant  # the bank scores through the variant class
     bank, views, _ = open_bank(Path(args.data), Path(args.data_dir), args.phrase_nodes)
     try:
