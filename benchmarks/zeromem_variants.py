@@ -41,7 +41,6 @@ from services.query.config import DEFAULT  # noqa: E402
 from streams.sources import locomo  # noqa: E402
 
 SETTING: dict = {}  # the variant's current setting, read by the subclass below
-_KEYWORDS: dict = {}  # per corpus: (keyword node ids, their surface words' unit vectors)
 _WORD_VECTORS: dict[str, np.ndarray] = {}
 
 
@@ -52,19 +51,31 @@ def _word_vectors(encoder, words: list[str]) -> np.ndarray:
     return np.stack([_WORD_VECTORS[w] for w in words]) if words else np.zeros((0, 1))
 
 
-_OWNERS: dict = {}
+def _derived(corpus, name: str, compute):
+    """What a variant derives from one corpus, computed once and kept on it (corpus.derived, as the
+    baselines keep theirs)."""
+    key = "screen:" + name
+    if key not in corpus.derived:
+        corpus.derived[key] = compute()
+    return corpus.derived[key]
+
+
+def _speaker_words(corpus) -> set[str]:
+    """The words of the boundary's speakers' names, which keyword nodes leave out."""
+    return _derived(corpus, "speaker words", lambda: {w for sp_ in corpus.speakers for w in normalize_entity(sp_).split()})
 
 
 def _sentence_owners(corpus) -> tuple[KeyIndex, np.ndarray]:
-    """The corpus's sentences (as the dense view keys them) and the turn position of each; once per corpus."""
-    if id(corpus) not in _OWNERS or _OWNERS[id(corpus)][0] is not corpus:
+    """The corpus's sentences (as the dense view keys them) and the turn position of each."""
+    def compute():
         keys, owner = [], []
         for i, t in enumerate(corpus.turns):
             for j in range(len(split_sentences(t.text))):
                 keys.append(unit_key(sentence_id(t.unit_id, j)))
                 owner.append(i)
-        _OWNERS[id(corpus)] = (corpus, KeyIndex(keys), np.array(owner, dtype=np.int64))
-    return _OWNERS[id(corpus)][1:]
+        return KeyIndex(keys), np.array(owner, dtype=np.int64)
+
+    return _derived(corpus, "sentence owners", compute)
 
 
 class Variant(zm.ZeroMem):
@@ -105,7 +116,7 @@ class Variant(zm.ZeroMem):
     # boundary are activated at `weight` times a keyword's activation
     def _phrase_keywords(self, eta: dict) -> dict:
         b, out = self.ctx.boundary, dict(eta)
-        speakers = {w for sp_ in self.corpus.speakers for w in normalize_entity(sp_).split()}
+        speakers = _speaker_words(self.corpus)
         ids = [entity_id(b.tenant_id, "kw:" + st) for _, st in phrase_occurrences(self.profile.question, [], speakers)]
         for e in sorted(self.ctx.store("graph").present(b, ids)) if ids else []:
             out[e] = max(out.get(e, 0.0), SETTING["phrase"] * self.cfg.keyword_activation)
@@ -114,7 +125,7 @@ class Variant(zm.ZeroMem):
     def _members(self, senses: int, depth: int, cap: int) -> tuple[list[str], list[str]]:
         """(keyword node ids, their words) of the members of the question's category phrases."""
         h, b = wordnet.nouns(), self.ctx.boundary
-        speakers = {w for sp_ in self.corpus.speakers for w in normalize_entity(sp_).split()}
+        speakers = _speaker_words(self.corpus)
         source = (self.profile.noun or "") if SETTING.get("noun-only") else self.profile.question  # only the asked-for noun's words
         words = [w for w in keyword_words(source) if w not in speakers and not w.isdigit() and len(w) > 2]
         ids_out, words_out, used = [], [], set()
@@ -141,8 +152,8 @@ class Variant(zm.ZeroMem):
         return zm.mm(self.corpus.keys.scatter(keys, scores, fill=0.0))
 
     def _keyword_table(self):
-        key = id(self.corpus)
-        if key not in _KEYWORDS or _KEYWORDS[key][0] is not self.corpus:
+        """(the corpus's keyword node ids, their commonest surface words' unit vectors)."""
+        def compute():
             seen: dict[str, dict[str, int]] = {}
             for t in self.corpus.turns:
                 for _, _, word, st in content_words(t.text):
@@ -152,13 +163,14 @@ class Variant(zm.ZeroMem):
             b = self.ctx.boundary
             ids = {entity_id(b.tenant_id, "kw:" + st): max(words, key=lambda w: (words[w], w)) for st, words in seen.items()}
             present = sorted(self.ctx.store("graph").present(b, list(ids)))
-            _KEYWORDS[key] = (self.corpus, present, _word_vectors(self.ctx.encoder, [ids[i] for i in present]))
-        return _KEYWORDS[key][1:]
+            return present, _word_vectors(self.ctx.encoder, [ids[i] for i in present])
+
+        return _derived(self.corpus, "keyword table", compute)
 
     def _semantic_keywords(self, eta: dict) -> dict:
         tau, top, weight, *only_noun = SETTING["kwvec"]
         ids, vecs = self._keyword_table()
-        speakers = {w for sp_ in self.corpus.speakers for w in normalize_entity(sp_).split()}
+        speakers = _speaker_words(self.corpus)
         source = (self.profile.noun or "") if only_noun else self.profile.question  # only the asked-for noun's words
         words = [w for w in keyword_words(source) if w not in speakers and not w.isdigit() and len(w) > 2]
         out = dict(eta)
@@ -285,7 +297,7 @@ class Variant(zm.ZeroMem):
     @property
     def graph_scores(self):
         if "kwvec" in SETTING or "hyponym" in SETTING or "phrase" in SETTING:  # other activations: the shipped memo (keyed on constants) does not apply
-            return self._extra("kwvec-walk", self._graph_scores)
+            return self._extra("walk of other activations", self._graph_scores)
         if "twohop" in SETTING:
             return self._extra("twohop", self._two_hop_walk)
         if "prior" not in SETTING:
@@ -379,15 +391,13 @@ def _with_phrase_nodes() -> None:
     projection.keyword_occurrences = both
 
 
-_ENTITIES: dict = {}
 _CURRENT = re.compile(r"\b(currently|current|now|still|latest|recently|most recent|these days|anymore)\b", re.I)
-_EVENT_DAYS: dict = {}
 
 
 def _event_days(corpus) -> dict[int, list[int]]:
-    """Per turn position: the days (ordinals) its relative time phrases speak of; once per corpus.
+    """Per turn position: the days (ordinals) its relative time phrases speak of.
     A week or weekday before: 4 days back; a month: its 15th; a year: July 1st."""
-    if id(corpus) not in _EVENT_DAYS or _EVENT_DAYS[id(corpus)][0] is not corpus:
+    def compute():
         out: dict[int, list[int]] = {}
         for i, t in enumerate(corpus.turns):
             said = corpus.occurred[i].date()
@@ -407,14 +417,15 @@ def _event_days(corpus) -> dict[int, list[int]]:
                 else:
                     d = said + timedelta(days=4)
                 out.setdefault(i, []).append(d.toordinal())
-        _EVENT_DAYS[id(corpus)] = (corpus, out)
-    return _EVENT_DAYS[id(corpus)][1]
+        return out
+
+    return _derived(corpus, "event days", compute)
 
 
 def _entity_table(corpus, graph, boundary):
     """Per turn id its graph entities (NER, speakers, keyword nodes); the named (NER) ones; each entity's
-    number of turns. Once per corpus."""
-    if id(corpus) not in _ENTITIES or _ENTITIES[id(corpus)][0] is not corpus:
+    number of turns."""
+    def compute():
         ids = zm._turn_arrays(corpus).ids
         ents = graph.context_entities(boundary.tenant_id, ids)
         ner = {e for found in graph.context_mentions(boundary).values() for e, label in found if label not in ("KEYWORD", "SPEAKER")}
@@ -422,8 +433,9 @@ def _entity_table(corpus, graph, boundary):
         for found in ents.values():
             for e in found:
                 df[e] = df.get(e, 0) + 1
-        _ENTITIES[id(corpus)] = (corpus, ents, ner, df)
-    return _ENTITIES[id(corpus)][1:]
+        return ents, ner, df
+
+    return _derived(corpus, "entity table", compute)
 
 
 def _transform(s: np.ndarray, how: str) -> np.ndarray:
