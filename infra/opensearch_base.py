@@ -467,13 +467,19 @@ class OpenSearchViewBase:
         self._bulk([{"_op_type": "index", "_index": self.ledger_index, "_id": t.turn_id, "_source": turn_doc(t)} for t in turns], "writing turns")
         return {(t.tenant_id, t.conversation_id) for t in turns}
 
-    def _apply_ledger(self, change: ChangeSet, forget_view) -> set[tuple[str, str]]:
-        """Forgets (view documents via `forget_view(forget)`, then the ledger) and turn deletions —
-        the first part of the order in schemas/ports/views.py; the turn puts come after the view's
-        documents (`_put_turns`, just before `_commit`)."""
-        touched: set[tuple[str, str]] = set()
+    def _forget_views(self, change: ChangeSet, forget_view) -> None:
+        """Each forget's view documents (`forget_view(forget)`): first in the order of
+        schemas/ports/views.py ChangeSet."""
         for forget in change.forgets:
             forget_view(forget)
+
+    def _ledger_removals(self, change: ChangeSet) -> set[tuple[str, str]]:
+        """Forgets and turn deletions in the ledger, after the view's own deletes and upserts
+        (schemas/ports/views.py ChangeSet); returns the conversations touched."""
+        if change.forgets:
+            faults.hit("forget-view-written")  # crash tests (schemas/faults.py): the forget's documents written, the ledger not
+        touched: set[tuple[str, str]] = set()
+        for forget in change.forgets:
             touched |= self._forget_ledger(forget)
             if forget.scope.conversation_id is not None:
                 touched.add((forget.tenant_id, forget.scope.conversation_id))

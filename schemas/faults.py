@@ -8,6 +8,9 @@ Points (where the code calls `hit`):
 - `view-written`: a store wrote a change set's view data but not yet its positions (inside the
   SQLite transaction before its commit; between the index commit and the ledger write in
   tantivy; between the document writes and the positions document on the servers);
+- `forget-view-written`: a server store (OpenSearch, Qdrant) wrote a forget's view data (its
+  sessions' recomputed windows and episodes among them) but has not removed its turns from the
+  ledger yet;
 - `position-written`: the runner applied a step (view and positions) but has not committed the
   consumer group yet (the embedded runner; the faust worker's batch before faust acks it);
 - `mid-batch`: a batch that needs several steps (a forget ends a step) has applied some of them;
@@ -27,7 +30,7 @@ import os
 import signal
 import sys
 
-POINTS = ("view-written", "position-written", "mid-batch", "replay-built", "replay-switched")
+POINTS = ("view-written", "forget-view-written", "position-written", "mid-batch", "replay-built", "replay-switched")
 _armed: tuple[str, int] | None | bool = False  # False: not read yet
 _seen: dict[str, int] = {}
 

@@ -118,15 +118,16 @@ class OpenSearchLexicalIndex(OpenSearchViewBase):
         with self._lock, self._translate("applying a lexical change set"):
             self._os()
             self._written = set()
-            touched = self._apply_ledger(change, self._forget_docs)
+            self._forget_views(change, self._forget_docs)
             deletes = self._located(list(dict.fromkeys([*change.delete_docs, *change.delete_turns])))
-            touched |= {(h["_source"]["tenant_id"], h["_source"]["conversation_id"]) for h in deletes}
+            touched = {(h["_source"]["tenant_id"], h["_source"]["conversation_id"]) for h in deletes}
             touched.update((d.tenant_id, d.conversation_id) for d in change.upsert_docs)
             # One bulk, deletes first: ops on one id are applied in request order.
             self._bulk([{"_op_type": "delete", "_index": self._writing(h["_source"]["tenant_id"]), "_id": h["_id"]} for h in deletes]
                        + [{"_op_type": "index", "_index": self._writing(d.tenant_id), "_id": d.unit_id, "_source": _document(d)}
                           for d in change.upsert_docs],
                        "writing lexical documents")
+            touched |= self._ledger_removals(change)
             touched |= self._put_turns(change.put_turns)  # last before the positions (schemas/ports/views.py ChangeSet)
             self._commit(touched, positions, change)
 

@@ -44,13 +44,14 @@ class OpenSearchUnitStore(OpenSearchViewBase):
     # -- writes --------------------------------------------------------------------------
     def apply(self, change: UnitChangeSet, positions: Positions) -> None:
         with self._lock, self._translate("applying a hierarchy change set"):
-            touched = self._apply_ledger(change, self._forget_units)
+            self._forget_views(change, self._forget_units)
             deletes = list(dict.fromkeys(change.delete_units))
-            touched |= conversations(found_docs(self._os(), self.index, deletes, ["tenant_id", "conversation_id"]))
+            touched = conversations(found_docs(self._os(), self.index, deletes, ["tenant_id", "conversation_id"]))
             touched.update((u.provenance.tenant_id, u.provenance.conversation_id) for u in change.upsert_units)
             self._bulk([{"_op_type": "delete", "_index": self.index, "_id": uid} for uid in deletes]
                        + [{"_op_type": "index", "_index": self.index, "_id": u.unit_id, "_source": _document(u)} for u in change.upsert_units],
                        "writing units")
+            touched |= self._ledger_removals(change)
             touched |= self._put_turns(change.put_turns)  # last before the positions (schemas/ports/views.py ChangeSet)
             self._commit(touched, positions, change)
 

@@ -29,6 +29,7 @@ from qdrant_client.conversions.conversion import RestToGrpc
 from infra.qdrant_base import (QdrantViewBase, boundary_filter, grpc_points, is_local, ledger_conditions, match, match_any, point_uuid,
                                scope_conditions, upsert)
 from infra.turn_docs import micros
+from schemas import faults
 from schemas.ports.vectors import COLLECTIONS, Collection, TurnPooling, VectorChangeSet, VectorPoint
 from schemas.ports.views import Boundary, Forget, Hit, Positions, TurnRow
 from schemas.sealing import TextSealer
@@ -88,13 +89,9 @@ class QdrantVectorStore(QdrantViewBase):
             for forget in change.forgets:
                 turns = self._turns(ledger_conditions(forget), opened=False)  # ids are enough
                 self._forget_points(forget, turns)  # points first: they are found through the ledger
-                self._forget_ledger(forget)
                 touched.update((t.tenant_id, t.conversation_id) for t in turns)
                 if forget.scope.conversation_id is not None:
                     touched.add((forget.tenant_id, forget.scope.conversation_id))
-            if change.delete_turns:
-                touched |= self._delete_turns(change.delete_turns)
-                client.delete(self.ledger, models.PointIdsList(points=[point_uuid("pooling", t) for t in change.delete_turns]), wait=True)
             deletes: dict[str, list[str]] = defaultdict(list)
             for collection, pid in change.delete_points:
                 deletes[collection].append(point_uuid(pid))
@@ -116,7 +113,15 @@ class QdrantVectorStore(QdrantViewBase):
                         for p in points[i:i + _BATCH]
                     ])
                 touched.update((p.tenant_id, p.conversation_id) for p in points)
-            # The ledger last (schemas/ports/views.py ChangeSet): a turn found there has its points.
+            # The ledger last (schemas/ports/views.py ChangeSet): a turn found there has its points,
+            # and a forgotten or deleted turn leaves it only once its sessions' points are rewritten.
+            if change.forgets:
+                faults.hit("forget-view-written")  # crash tests (schemas/faults.py): the forget's points written, the ledger not
+            for forget in change.forgets:
+                self._forget_ledger(forget)
+            if change.delete_turns:
+                touched |= self._delete_turns(change.delete_turns)
+                client.delete(self.ledger, models.PointIdsList(points=[point_uuid("pooling", t) for t in change.delete_turns]), wait=True)
             for i in range(0, len(change.pooling), _BATCH):
                 upsert(client, self.ledger, [_pooling_point(p) for p in change.pooling[i:i + _BATCH]])
             touched |= self._put_turns(change.put_turns)

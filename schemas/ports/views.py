@@ -146,9 +146,13 @@ class Hit:
 class ChangeSet:
     """What one projection batch changes in its view. Stores apply it in this order: forgets,
     turn deletions, the view-specific deletes and upserts, then the turn ledger puts. Where the
-    change set is not one transaction (the servers), the ledger put comes last on purpose: a turn
-    in the ledger means its view data is written, so a crash before the put re-delivers the turn
-    as new, and a turn found in the ledger is never assumed to have data it lacks."""
+    change set is not one transaction (the servers), the ledger comes last on purpose, both ways:
+    the view's documents of each forget go first, the ledger's removals (forgets, turn deletions)
+    and puts after the view-specific deletes and upserts. A turn in the ledger means its view data
+    is written, so a crash before the put re-delivers the turn as new; and a forgotten turn leaves
+    the ledger only once the sessions it was in are rewritten, so a crash before that re-delivers
+    a forget that still finds its turns and recomputes those sessions (removing the ledger's turns
+    first left their old windows and episodes in the view for good)."""
 
     forgets: list[Forget] = field(default_factory=list)
     delete_turns: list[str] = field(default_factory=list)  # turn ids
