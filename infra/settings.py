@@ -58,9 +58,10 @@ class KeyStoreSettings(BaseSettings):
 
 class EncoderSettings(BaseSettings):
     model_config = _cfg("MEMSTREAM_ENCODER_")
-    model: str = Field("all-MiniLM-L6-v2", description="all-MiniLM-L6-v2, bge-m3, or hashing[-DIM]: the fast path for tests and "
+    model: str = Field("all-MiniLM-L6-v2", description="all-MiniLM-L6-v2, bge-m3, another sentence-transformers model's name (with `path`), "
+                                                         "or hashing[-DIM]: the fast path for tests and "
                                                          "benchmarks (feature hashing, not a language model: infra/models/fast.py)")
-    path: str | None = Field(None, description="Local model directory (required for bge-m3).")
+    path: str | None = Field(None, description="Local model directory (required for bge-m3 and any model but the default).")
     max_length: int = 256
     batch_size: int = 32
     threads: int | None = Field(None, description="Threads for batched forward passes (default: every core); single texts (questions) run on one thread beside the query path.")

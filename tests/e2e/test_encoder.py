@@ -3,6 +3,9 @@ vectors, one text at a time and in batches, and the PyTorch fallback gives the s
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -140,3 +143,32 @@ def test_int8_precision_is_another_model_close_to_fp32(models, tmp_path):
     assert again.precision == "int8"
     with pytest.raises(Exception, match="ONNX Runtime"):
         FlagEmbeddingEncoder(runtime="torch", precision="int8")
+
+
+def test_another_sentence_transformers_directory_loads_by_name_with_its_own_pooling(models, tmp_path):
+    """Any local sentence-transformers model is accepted by name and path, pooled as its directory
+    declares: the default model's own directory under another name gives the default's vectors."""
+    from infra.models.flagembedding import FlagEmbeddingEncoder, default_model_path, sentence_transformers_pooling
+    from schemas.errors import ConfigurationError
+
+    other = FlagEmbeddingEncoder("my-minilm", default_model_path(), runtime="torch")
+    other.start()
+    assert (other.model_name, other.dim) == ("my-minilm", models[0].dim)
+    np.testing.assert_allclose(other.encode(TEXTS), models[0].encode(TEXTS), atol=1e-5)
+
+    def pooled(**modes) -> Path:
+        d = tmp_path / "-".join(sorted(modes)) if modes else tmp_path / "none"
+        (d / "1_Pooling").mkdir(parents=True)
+        if modes:
+            (d / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 8, **modes}))
+        else:
+            (d / "1_Pooling").rmdir()
+        return d
+
+    assert sentence_transformers_pooling(pooled(pooling_mode_mean_tokens=True, pooling_mode_cls_token=False)) == "mean"
+    assert sentence_transformers_pooling(pooled(pooling_mode_cls_token=True)) == "cls"
+    assert sentence_transformers_pooling(pooled()) == "mean"  # a plain transformer checkpoint
+    with pytest.raises(ConfigurationError, match="pooling"):
+        sentence_transformers_pooling(pooled(pooling_mode_max_tokens=True))
+    with pytest.raises(ConfigurationError, match="MEMSTREAM_ENCODER_PATH"):
+        FlagEmbeddingEncoder("my-minilm", None, runtime="torch").start()  # a name alone: nothing to load, nothing downloaded
