@@ -18,7 +18,8 @@ shipped mixes, so the fold's model does not inherit constants chosen on the held
 the graph view's own walk constants and the expansion's are the shipped ones (a small in-sample
 share). The same is fitted without the graph view's signals, so the graph view's worth under a
 learned fusion shows as a paired difference. Paired intervals against docs/eval-loco.json (the
-headline: the method re-tuned per fold) use services/eval/intervals.py.
+headline: the method re-tuned per fold) use services/eval/intervals.py. The store is ingested with the
+configured encoder (MEMSTREAM_ENCODER_MODEL / _PATH): another encoder needs a DIR of its own.
 """
 
 from __future__ import annotations
