@@ -144,10 +144,8 @@ class Listwise:
     log-likelihood, L2 on the weights): it learns to rank within a question, as the evidence is
     used, instead of telling turns apart across questions as a pointwise fit does."""
 
-    L2 = 1e-2
-
-    def __init__(self, l2: float | None = None):
-        self.l2 = self.L2 if l2 is None else l2
+    def __init__(self, l2: float = 1e-2):
+        self.l2 = l2
 
     def fit_lists(self, X: list[np.ndarray], Y: list[np.ndarray]) -> "Listwise":
         from scipy.optimize import minimize
@@ -177,10 +175,10 @@ class Listwise:
         return ((x - self.mu) / self.sd) @ self.w
 
 
-def _fit(kind: str, X, Y, idx, cols: list[int], l2: float | None = None):
+def _fit(kind: str, X, Y, idx, cols: list[int], l2: float):
     model = make_model(kind)
     if isinstance(model, Listwise):
-        model.l2 = model.l2 if l2 is None else l2
+        model.l2 = l2
         return model.fit_lists([X[i][:, cols] for i in idx], [Y[i] for i in idx])
     return model.fit(np.concatenate([X[i][:, cols] for i in idx]), np.concatenate([Y[i] for i in idx]))
 
@@ -191,14 +189,14 @@ def _metrics(bank, model, X, R, cols: list[int], i: int) -> dict[str, float]:
     return loco.rank_metrics([R[i][j] for j in order.tolist()], bank.gold[i], len(bank.qs[i].gold), bank.budgets)
 
 
-def held_out(bank, X, Y, R, cols: list[int], kind: str, choose=None) -> dict[str, np.ndarray]:
+def held_out(bank, X, Y, R, cols: list[int], kind: str, l2: float = 1e-2, choose=None) -> dict[str, np.ndarray]:
     """Per-question metrics, each question ranked by the model fitted on the other conversations.
     `choose(train) -> (l2, cols)`: the fold's setting, selected on its training questions only."""
     out = {m: np.zeros(len(bank.qs)) for m in loco.metric_names(bank.budgets)}
     for fold in range(len(bank.conversations)):
         train = np.flatnonzero(bank.conv_of != fold)
-        l2, fold_cols = choose(train) if choose else (None, cols)
-        model = _fit(kind, X, Y, train, fold_cols, l2)
+        fold_l2, fold_cols = choose(train) if choose else (l2, cols)
+        model = _fit(kind, X, Y, train, fold_cols, fold_l2)
         for i in np.flatnonzero(bank.conv_of == fold):
             for m, v in _metrics(bank, model, X, R, fold_cols, int(i)).items():
                 out[m][i] = v
@@ -251,7 +249,6 @@ def main() -> int:
     where = {k: j for j, k in enumerate(base["question_keys"])}
     align = np.array([where[k] for k in keys])
     try:
-        Listwise.L2 = args.l2
         names, X, Y, R = build(bank, lambda s: print(s, flush=True), args.more or "nested" in kinds, tuple(n for n in args.interact.split(",") if n))
         print(f"{len(names)} signals: {', '.join(names)}; {sum(len(y) for y in Y)} turn rows, {int(sum(y.sum() for y in Y))} gold", flush=True)
         everything = list(range(len(names)))
@@ -263,9 +260,9 @@ def main() -> int:
                 if kind == "nested":  # the formula's signals or all of them, and the L2, chosen per fold
                     base_cols = [j for j in cols if names[j].split("*")[0] in BASE]
                     choose = nested_choice(bank, X, Y, R, {"base": base_cols, "extended": cols})
-                    results[(kind, label)] = held_out(bank, X, Y, R, cols, "listwise", choose)
+                    results[(kind, label)] = held_out(bank, X, Y, R, cols, "listwise", choose=choose)
                 else:
-                    results[(kind, label)] = held_out(bank, X, Y, R, cols, kind)
+                    results[(kind, label)] = held_out(bank, X, Y, R, cols, kind, args.l2)
                 r = results[(kind, label)]
                 print(f"{kind:8s} {label:14s} held out: " + "  ".join(
                     f"{m} {intervals.stratified(r[m], bank.conv_of).mean:.4f}" for m in ("recall@10", "recall@25", "ndcg@10")) +

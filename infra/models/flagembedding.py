@@ -14,6 +14,7 @@ any other sentence-transformers model (mean or CLS pooled), needs a local direct
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -46,8 +47,6 @@ def sentence_transformers_pooling(path: Path) -> str:
     conf = path / "1_Pooling" / "config.json"
     if not conf.exists():
         return "mean"
-    import json
-
     modes = {k for k, v in json.loads(conf.read_text()).items() if k.startswith("pooling_mode_") and v}
     if modes == {"pooling_mode_mean_tokens"}:
         return "mean"

@@ -157,12 +157,12 @@ def test_another_sentence_transformers_directory_loads_by_name_with_its_own_pool
     np.testing.assert_allclose(other.encode(TEXTS), models[0].encode(TEXTS), atol=1e-5)
 
     def pooled(**modes) -> Path:
-        d = tmp_path / "-".join(sorted(modes)) if modes else tmp_path / "none"
-        (d / "1_Pooling").mkdir(parents=True)
+        """A model directory whose pooling module declares `modes` (none: no pooling module)."""
+        d = tmp_path / ("-".join(sorted(modes)) or "none")
+        d.mkdir()
         if modes:
+            (d / "1_Pooling").mkdir()
             (d / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 8, **modes}))
-        else:
-            (d / "1_Pooling").rmdir()
         return d
 
     assert sentence_transformers_pooling(pooled(pooling_mode_mean_tokens=True, pooling_mode_cls_token=False)) == "mean"
