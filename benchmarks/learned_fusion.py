@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from zeromem_variants import _sentence_owners, open_bank  # noqa: E402  (benchmarks/zeromem_variants.py)
+from zeromem_variants import Variant, open_bank  # noqa: E402  (benchmarks/zeromem_variants.py)
 from services.eval import intervals, loco  # noqa: E402
 from services.eval.metrics import CATEGORIES  # noqa: E402
 from services.query import zeromem as zm  # noqa: E402
@@ -62,7 +62,7 @@ def signals(z: zm.ZeroMem) -> dict[str, np.ndarray]:
     if c.episodes.units:
         out["ep_bm25"] = zm._finite(c.episodes.lift(_mm(ctx.bm25("episode"))))
         out["ep_dense"] = zm._finite(c.episodes.lift(_mm(ctx.dense("episode"))))
-    out["expansion"] = _mm(z._expansion())
+    out["expansion"] = _mm(z._memo("expansion", ("lexical_prf_docs", "lexical_prf_terms"), z._expansion))  # scores() made it for some types
     out["nb_bm25"] = z._neighbour_max(out["bm25"])
     out["nb_dense"] = z._neighbour_max(out["dense"])
     out["lexcov"] = np.asarray(z.lexcov, dtype=float)
@@ -77,16 +77,13 @@ def signals(z: zm.ZeroMem) -> dict[str, np.ndarray]:
     return out
 
 
-def extended(z: zm.ZeroMem, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def extended(z: Variant, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """More signals than the formula uses: the turn's best sentence, each signal's reciprocal rank
     (rank fusion's shape), the session's best turns."""
-    keys, owner = _sentence_owners(z.corpus)
-    best = np.full(z.n, -1.0)
-    np.maximum.at(best, owner, z.ctx.sentence_relevance(keys))
-    out["sentence"] = _mm(best)
+    out["sentence"] = zm._finite(z._sentence_max())
     for name in ("bm25", "dense", "graph", "expansion"):
         rank = np.empty(z.n)
-        rank[np.lexsort((np.arange(z.n), -out[name]))] = np.arange(z.n)
+        rank[zm._order(out[name])] = np.arange(z.n)
         out[name + "_rr"] = 10.0 / (10.0 + rank)
     rel = out["bm25"] + out["dense"]
     session, sess = z.corpus.session, np.zeros(z.n)
@@ -106,7 +103,7 @@ def build(bank: loco.QuestionBank, log, more: bool = False, interact: tuple[str,
     t0 = time.perf_counter()
     for i in range(len(bank.qs)):
         ctx, refs = bank._context(i)
-        z = zm.ZeroMem(ctx, DEFAULT)
+        z = Variant(ctx, DEFAULT)  # the shipped method (no variant set), with the screen's extra signals
         s = signals(z)
         if more:
             s = extended(z, s)
@@ -185,19 +182,21 @@ def _fit(kind: str, X, Y, idx, cols: list[int], l2: float):
 
 def _metrics(bank, model, X, R, cols: list[int], i: int) -> dict[str, float]:
     p = model.score(X[i][:, cols]) if isinstance(model, Listwise) else model.predict_proba(X[i][:, cols])[:, 1]
-    order = np.lexsort((np.arange(len(p)), -p))[: max(max(bank.budgets), loco.NDCG_AT)]  # ties: conversation order
+    order = zm._order(p)[: max(max(bank.budgets), loco.NDCG_AT)]
     return loco.rank_metrics([R[i][j] for j in order.tolist()], bank.gold[i], len(bank.qs[i].gold), bank.budgets)
 
 
-def held_out(bank, X, Y, R, cols: list[int], kind: str, l2: float = 1e-2, choose=None) -> dict[str, np.ndarray]:
-    """Per-question metrics, each question ranked by the model fitted on the other conversations.
-    `choose(train) -> (l2, cols)`: the fold's setting, selected on its training questions only."""
+def held_out(bank, X, Y, R, cols: list[int], kind: str, l2: float = 1e-2, choose=None, idx: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Per-question metrics, each question of `idx` (default: all) ranked by the model fitted on the
+    other conversations of `idx`. `choose(train) -> (l2, cols)`: the fold's setting, selected on its
+    training questions only."""
+    idx = np.arange(len(bank.qs)) if idx is None else idx
     out = {m: np.zeros(len(bank.qs)) for m in loco.metric_names(bank.budgets)}
-    for fold in range(len(bank.conversations)):
-        train = np.flatnonzero(bank.conv_of != fold)
+    for fold in sorted(set(bank.conv_of[idx].tolist())):
+        train, test = idx[bank.conv_of[idx] != fold], idx[bank.conv_of[idx] == fold]
         fold_l2, fold_cols = choose(train) if choose else (l2, cols)
         model = _fit(kind, X, Y, train, fold_cols, fold_l2)
-        for i in np.flatnonzero(bank.conv_of == fold):
+        for i in test:
             for m, v in _metrics(bank, model, X, R, fold_cols, int(i)).items():
                 out[m][i] = v
     return out
@@ -208,22 +207,15 @@ def nested_choice(bank, X, Y, R, settings: dict[str, list[int]], l2s=(1e-3, 1e-2
     objective over the outer fold's training conversations, so that the held-out conversation
     plays no part in the choice."""
     def choose(train: np.ndarray):
-        convs = sorted(set(bank.conv_of[train].tolist()))
         best = None
         for label, cols in settings.items():
             for l2 in l2s:
-                values = {m: [] for m in loco.OBJECTIVE}
-                for inner in convs:
-                    fit_on = train[bank.conv_of[train] != inner]
-                    model = _fit("listwise", X, Y, fit_on, cols, l2)
-                    for i in train[bank.conv_of[train] == inner]:
-                        r = _metrics(bank, model, X, R, cols, int(i))
-                        for m in values:
-                            values[m].append(r[m])
-                score = float(np.mean([np.mean(v) for v in values.values()]))
+                r = held_out(bank, X, Y, R, cols, "listwise", l2, idx=train)
+                score = float(np.mean([r[m][train].mean() for m in loco.OBJECTIVE]))
                 if best is None or score > best[0]:
                     best = (score, l2, label, cols)
-        log(f"  fold without {sorted(set(range(len(bank.conversations))) - set(convs))}: chose {best[2]}, L2 {best[1]} (inner objective {best[0]:.4f})")
+        left_out = sorted(set(range(len(bank.conversations))) - set(bank.conv_of[train].tolist()))
+        log(f"  fold without {left_out}: chose {best[2]}, L2 {best[1]} (inner objective {best[0]:.4f})")
         return best[1], best[3]
 
     return choose

@@ -467,12 +467,6 @@ class OpenSearchViewBase:
         self._bulk([{"_op_type": "index", "_index": self.ledger_index, "_id": t.turn_id, "_source": turn_doc(t)} for t in turns], "writing turns")
         return {(t.tenant_id, t.conversation_id) for t in turns}
 
-    def _forget_views(self, change: ChangeSet, forget_view) -> None:
-        """Each forget's view documents (`forget_view(forget)`): first in the order of
-        schemas/ports/views.py ChangeSet."""
-        for forget in change.forgets:
-            forget_view(forget)
-
     def _ledger_removals(self, change: ChangeSet) -> set[tuple[str, str]]:
         """Forgets and turn deletions in the ledger, after the view's own deletes and upserts
         (schemas/ports/views.py ChangeSet); returns the conversations touched."""

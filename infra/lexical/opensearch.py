@@ -118,7 +118,8 @@ class OpenSearchLexicalIndex(OpenSearchViewBase):
         with self._lock, self._translate("applying a lexical change set"):
             self._os()
             self._written = set()
-            self._forget_views(change, self._forget_docs)
+            for forget in change.forgets:  # first in the order of schemas/ports/views.py ChangeSet
+                self._forget_docs(forget)
             deletes = self._located(list(dict.fromkeys([*change.delete_docs, *change.delete_turns])))
             touched = {(h["_source"]["tenant_id"], h["_source"]["conversation_id"]) for h in deletes}
             touched.update((d.tenant_id, d.conversation_id) for d in change.upsert_docs)

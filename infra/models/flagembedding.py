@@ -102,13 +102,8 @@ class FlagEmbeddingEncoder:
 
         if self.threads:
             torch.set_num_threads(self.threads)
-        if self.base_model == DEFAULT_MODEL:
-            from FlagEmbedding import FlagModel
-
-            path = self.path or default_model_path()
-            fm = FlagModel(path, pooling_method="mean", devices="cpu", use_fp16=False)
-            self._model, self._tokenizer = fm.model, fm.tokenizer
-        elif self.base_model.lower() in ("bge-m3", "bge_m3"):
+        path = self.path or (default_model_path() if self.base_model == DEFAULT_MODEL else None)
+        if self.base_model.lower() in ("bge-m3", "bge_m3"):
             if not self.path or not (Path(self.path) / "config.json").exists():
                 raise ConfigurationError(
                     "encoder 'bge-m3' needs MEMSTREAM_ENCODER_PATH pointing at a local BGE-M3 directory "
@@ -116,16 +111,14 @@ class FlagEmbeddingEncoder:
                 )
             from FlagEmbedding import BGEM3FlagModel
 
-            path = self.path
             fm = BGEM3FlagModel(self.path, use_fp16=False, devices="cpu")
             self._model, self._tokenizer = fm.model.model, fm.tokenizer
             self._cls_pooling = True
-        elif self.path and (Path(self.path) / "config.json").exists():
-            # Any other local sentence-transformers directory, named by MEMSTREAM_ENCODER_MODEL, pooled
-            # as its own 1_Pooling/config.json says (mean or CLS).
+        elif path and (Path(path) / "config.json").exists():
+            # The default model, or any other local sentence-transformers directory named by
+            # MEMSTREAM_ENCODER_MODEL: pooled as its own 1_Pooling/config.json says (mean or CLS).
             from FlagEmbedding import FlagModel
 
-            path = self.path
             pooling = sentence_transformers_pooling(Path(path))
             fm = FlagModel(path, pooling_method=pooling, devices="cpu", use_fp16=False)
             self._model, self._tokenizer = fm.model, fm.tokenizer

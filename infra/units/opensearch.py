@@ -44,7 +44,8 @@ class OpenSearchUnitStore(OpenSearchViewBase):
     # -- writes --------------------------------------------------------------------------
     def apply(self, change: UnitChangeSet, positions: Positions) -> None:
         with self._lock, self._translate("applying a hierarchy change set"):
-            self._forget_views(change, self._forget_units)
+            for forget in change.forgets:  # first in the order of schemas/ports/views.py ChangeSet
+                self._forget_units(forget)
             deletes = list(dict.fromkeys(change.delete_units))
             touched = conversations(found_docs(self._os(), self.index, deletes, ["tenant_id", "conversation_id"]))
             touched.update((u.provenance.tenant_id, u.provenance.conversation_id) for u in change.upsert_units)
