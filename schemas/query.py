@@ -19,6 +19,8 @@ Strategy = Literal[
 ]
 MAX_K = 200
 MAX_TURNS = 500
+DEFAULT_MAX_TURNS = 25  # the one default of every surface (HTTP, MCP, the clients)
+EvidenceRole = Literal["primary", "bridge", "neighbour", "fill"]
 
 
 class SearchRequest(BaseModel):
@@ -32,8 +34,11 @@ class SearchRequest(BaseModel):
     until: AwareDatetime | None = None
     as_of: AwareDatetime | None = Field(default=None, description="The time relative expressions ('last week') refer to; default: the latest turn in the boundary.")
     strategy: Strategy = "zero-mem"
-    k: int = Field(default=5, ge=1, le=MAX_K, description="Primary candidates M(q) before closure.")
-    max_turns: int = Field(default=25, ge=1, le=MAX_TURNS, description="Evidence budget in distinct turns.")
+    k: int = Field(default=5, ge=1, le=MAX_K, description="How many of the best fused units seed the evidence as `primary` "
+                   "(the method's M(q)) before closure and fill. It does not limit the results: `max_turns` does.")
+    max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1, le=MAX_TURNS,
+                           description="The results' limit: evidence units are added in rank order until they hold this many "
+                                       "distinct turns (the last unit may be cut).")
 
     @field_validator("question")
     @classmethod
@@ -63,8 +68,12 @@ class TurnRef(BaseModel):
 class Evidence(BaseModel):
     rank: int
     unit_id: str
-    kind: str  # turn | window | episode | span
-    role: str  # primary | bridge | neighbour | fill
+    kind: Literal["turn", "window", "episode", "span"]
+    role: EvidenceRole = Field(description="Why the unit is in the evidence: `primary` (among the k best fused units), `bridge` "
+                               "(added by closure: it shares entities with the primary units), `neighbour` (a turn next to one), "
+                               "`fill` (the ranking's next units, filling the turn budget).")
+    score: float = Field(description="The score the strategy ranked this unit by: higher ranks first. Comparable within one "
+                         "response only (its scale depends on the strategy and the boundary); `scores` holds the signals.")
     text: str
     conversation_id: str
     session_id: str

@@ -36,10 +36,16 @@ def order(scores: np.ndarray) -> list[int]:
     return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
 
 
-def turn_ranking(ctx: QueryContext, positions: list[int], scores: dict[str, np.ndarray]) -> list[Candidate]:
+def turn_ranking(ctx: QueryContext, positions: list[int], scores: dict[str, np.ndarray], by: np.ndarray | None = None) -> list[Candidate]:
+    """Turn candidates in `positions` order; `by` is the score that order follows (default: the
+    first of `scores`; with none, the candidates' rank gives a descending score)."""
     turns = ctx.corpus.turns
+    if by is None:
+        by = next(iter(scores.values()), None)
     return [
-        Candidate(turns[i].unit_id, "turn", [i], "primary", {k: float(v[i]) for k, v in scores.items()}) for i in positions
+        Candidate(turns[i].unit_id, "turn", [i], "primary", {k: float(v[i]) for k, v in scores.items()},
+                  float(by[i]) if by is not None else float(len(positions) - rank))
+        for rank, i in enumerate(positions)
     ]
 
 
@@ -90,7 +96,10 @@ def pyramid(ctx: QueryContext, depth: int = 4) -> Ranking:
         ranked.extend(hit)
         seen.update(hit)
     ranked.extend(i for i in order(ctx.dense("turn")) if i not in seen)  # beyond the pyramid: dense order
-    return Ranking(turn_ranking(ctx, ranked, {"bm25": bm}), notes=[f"pyramid keywords: {', '.join(kws) or '(none)'}"])
+    # The pyramid orders by keyword group first, so its score is the rank's: n for the first, 1 for the last.
+    level = np.zeros(corpus.n)
+    level[ranked] = np.arange(len(ranked), 0, -1)
+    return Ranking(turn_ranking(ctx, ranked, {"bm25": bm}, by=level), notes=[f"pyramid keywords: {', '.join(kws) or '(none)'}"])
 
 
 def _stem_bags(corpus) -> list[set[str]]:
@@ -150,9 +159,10 @@ class RawRag:
             pairs = [[ctx.request.question, "\n".join(ctx.corpus.turns[i].text for i in windows[w])] for w in top]
             rr = np.asarray(self.reranker.compute_score(pairs))
             top = [top[j] for j in order(rr)][: self.rerank_k] + top[self.rerank_k:]
-        cands = [Candidate(f"rawrag:{w}", "span", windows[w], "primary", {"dense": float(scores[w])}) for w in top]
+        cands = [Candidate(f"rawrag:{w}", "span", windows[w], "primary", {"dense": float(scores[w])}, float(scores[w])) for w in top]
         seen = {i for c in cands for i in c.turns}
-        cands += turn_ranking(ctx, [i for i in order(ctx.dense("turn")) if i not in seen], {})
+        turn_dense = ctx.dense("turn")
+        cands += turn_ranking(ctx, [i for i in order(turn_dense) if i not in seen], {"dense": turn_dense})
         for c in cands[len(top):]:
             c.role = "fill"
         return Ranking(cands, notes=notes)

@@ -37,6 +37,7 @@ class Candidate:
     turns: list[int]
     role: str = "primary"  # primary | bridge | neighbour | fill
     scores: dict[str, float] = field(default_factory=dict)
+    score: float = 0.0  # what the strategy ranked by: higher first, comparable within one ranking only
 
 
 @dataclass

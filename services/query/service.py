@@ -152,7 +152,7 @@ def assemble(corpus: Corpus, candidates: list[Candidate], budget: int) -> list[E
         text = unit.text if whole else "\n".join(f"{t.provenance.speakers[0]}: {t.text}" for t in turns)
         out.append(  # model_construct: every field comes from already-validated units (~2 us less per object)
             Evidence.model_construct(
-                rank=len(out) + 1, unit_id=c.unit_id, kind=c.kind, role=c.role, text=text,
+                rank=len(out) + 1, unit_id=c.unit_id, kind=c.kind, role=c.role, score=round(c.score, 6), text=text,
                 conversation_id=turns[0].provenance.conversation_id, session_id=turns[0].provenance.session_id,
                 occurred_from=min(t.provenance.occurred_from for t in turns), occurred_to=max(t.provenance.occurred_to for t in turns),
                 turns=[corpus.turn_ref(i) for i in sorted(counted)],

@@ -584,15 +584,16 @@ class ZeroMem:
         primary = set(_order(fused)[:k].tolist())
         graph_raw = self.graph_scores if mode != "hierarchy-only" else None
         h = self.hierarchy if mode != "graph-only" else None
+        bm25, dense = self.ctx.bm25("turn"), self.ctx.dense("turn")  # the raw signals, on a scale of their own across responses
         candidates = []
         for i in ranked[: max(budget, k)].tolist():  # each candidate is one turn: the budget bounds the list
             role = "primary" if i in primary else ("bridge" if bonus.get(i) else "fill")
-            scores = {"fused": float(fused[i]), "calibrated": float(score[i])}
+            scores = {"fused": float(fused[i]), "calibrated": float(score[i]), "bm25": float(bm25[i]), "dense": float(dense[i])}
             if h is not None:
                 scores["hierarchy"] = float(h[i])
             if graph_raw is not None:
                 scores["graph"] = float(graph_raw[i])
-            candidates.append(Candidate(self.corpus.turns[i].unit_id, "turn", [i], role, scores))
+            candidates.append(Candidate(self.corpus.turns[i].unit_id, "turn", [i], role, scores, float(score[i])))
         notes = [] if graph_raw is not None or mode == "hierarchy-only" else \
             ["graph view: no query entity aligned; dense ranking used (paper's fallback)"]
         return Ranking(candidates, route=self.route if mode not in ("graph-only", "hierarchy-only") else mode.split("-")[0], notes=notes)

@@ -101,7 +101,8 @@ class Evidence(_Result):
     rank: int
     unit_id: str
     kind: str
-    role: str
+    role: str = Field(description="primary | bridge | neighbour | fill: why the unit is in the evidence.")
+    score: float = Field(0.0, description="The score the strategy ranked the unit by; comparable within one result only.")
     text: str
     conversation_id: str
     session_id: str
