@@ -1,6 +1,6 @@
-// A thin client for memstream's HTTP API. The request and result types are generated from the
-// checked-in OpenAPI document (docs/openapi.json -> src/api.d.ts, `npm run generate`), so they
-// follow the server; this file only adds the calls, retries and errors.
+// A thin client for memstream's HTTP API. The request and result types are generated from the API's OpenAPI
+// document into src/api.ts (`npm run generate` reads the repository's docs/openapi.json), so they follow the
+// server; this file only adds the calls, retries and errors.
 //
 // Retries: 429 and 503 (the server says "later") and network failures are retried with
 // exponential back-off and full jitter, never sooner than a Retry-After the server sent. Every
@@ -9,6 +9,9 @@
 
 import { randomUUID } from "node:crypto";
 import type { components } from "./api.js";
+
+/** Every path and schema of the API, for the calls this client does not wrap. */
+export type { components, paths } from "./api.js";
 
 type Schemas = components["schemas"];
 export type SearchBody = Schemas["SearchBody"];
@@ -22,7 +25,8 @@ export type ForgetResult = Schemas["ForgetResult"];
 export type Positions = Record<string, number>;
 
 /** A turn to add: only conversation_id, speaker and text are needed. */
-export type TurnInput = Partial<Omit<TurnRecorded, "type">> & Pick<TurnRecorded, "conversation_id" | "speaker" | "text">;
+export type TurnInput = Partial<Omit<TurnRecorded, "type">>
+  & Pick<TurnRecorded, "conversation_id" | "speaker" | "text">;
 
 export interface ClientOptions {
   /** Default: $MEMSTREAM_URL, else http://127.0.0.1:8080. */
@@ -51,6 +55,7 @@ export class MemstreamError extends Error {
   }
 }
 
+const VERSION = "0.2.0"; // package.json's version: the package test holds them together
 const RETRY_STATUSES = new Set([429, 503]);
 
 function retryAfterMs(value: string | null): number | null {
@@ -78,7 +83,11 @@ export class MemstreamClient {
   constructor(options: ClientOptions = {}) {
     this.url = (options.url ?? process.env.MEMSTREAM_URL ?? "http://127.0.0.1:8080").replace(/\/+$/, "");
     const key = options.apiKey ?? process.env.MEMSTREAM_API_KEY;
-    this.headers = { "Content-Type": "application/json", Accept: "application/json", "User-Agent": "memstream-client-ts/0.1.0" };
+    this.headers = {
+      "Content-Type": "application/json",
+      Accept: "application/json",
+      "User-Agent": `memstream-client-ts/${VERSION}`,
+    };
     if (key) this.headers.Authorization = `Bearer ${key}`;
     this.attempts = Math.max(1, options.attempts ?? 5);
     this.baseDelayMs = options.baseDelayMs ?? 200;
