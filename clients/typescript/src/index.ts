@@ -2,10 +2,11 @@
 // document into src/api.ts (`npm run generate` reads the repository's docs/openapi.json), so they follow the
 // server; this file only adds the calls, retries and errors.
 //
-// Retries: 429 and 503 (the server says "later") and network failures are retried with
-// exponential back-off and full jitter, never sooner than a Retry-After the server sent. Every
-// call is safe to repeat: `add` gives each turn an event id before the first attempt (the views
-// keep one turn per id), a repeated forget forgets nothing more, reads change nothing.
+// Retries: 429 and 503 (the server says "later") and network failures are retried with exponential back-off
+// and full jitter, never sooner than a Retry-After the server sent. Every call is safe to repeat: `add` gives
+// each turn an event id before the first attempt (the views keep one turn per id), a repeated forget forgets
+// nothing more, reads change nothing. A wait that runs out is an answer (WaitTimeout), not a failure: it is
+// never retried.
 
 import { randomUUID } from "node:crypto";
 import type { components } from "./api.js";
@@ -22,6 +23,7 @@ export type TurnRecorded = Schemas["TurnRecorded"];
 export type EventsResult = Schemas["EventsResult"];
 export type ForgetBody = Schemas["ForgetBody"];
 export type ForgetResult = Schemas["ForgetResult"];
+/** Partition -> offset, as `add` and `forget` return them. */
 export type Positions = Record<string, number>;
 
 /** A turn to add: only conversation_id, speaker and text are needed. */
@@ -33,10 +35,14 @@ export interface ClientOptions {
   url?: string;
   /** Default: $MEMSTREAM_API_KEY. */
   apiKey?: string;
-  /** Attempts in all (1: no retry). */
+  /** Attempts in all (1: no retry). Default 5. */
   attempts?: number;
   baseDelayMs?: number;
   maxDelayMs?: number;
+  /**
+   * How long one HTTP attempt may take (default 30 000). A wait's attempt is given its wait's time on top of this,
+   * so a wait longer than the timeout ends as the server's answer, not as a transport error.
+   */
   timeoutMs?: number;
   fetch?: typeof fetch;
 }
@@ -55,8 +61,26 @@ export class MemstreamError extends Error {
   }
 }
 
+/** The views did not reach the positions within the wait's timeout (the server's 504). Never retried. */
+export class WaitTimeout extends MemstreamError {
+  constructor(message: string, code: string | null, details: unknown[], requestId: string | null) {
+    super(message, 504, code, details, requestId);
+    this.name = "WaitTimeout";
+  }
+}
+
 const VERSION = "0.2.0"; // package.json's version: the package test holds them together
 const RETRY_STATUSES = new Set([429, 503]);
+/** The longest wait the API takes in one request; a longer wait is several requests. */
+const MAX_WAIT_SECONDS = 300;
+
+type ErrorShape = { error?: { code?: string; message?: string; details?: unknown[]; request_id?: string } } | null;
+
+/** What one attempt sends: built again for each attempt, so a retried wait asks only for the time it has left. */
+interface Attempt {
+  body?: unknown;
+  timeoutMs: number;
+}
 
 function retryAfterMs(value: string | null): number | null {
   if (!value) return null;
@@ -70,6 +94,19 @@ function agentOf(speaker: string): string {
   const cleaned = speaker.trim().replace(/[^A-Za-z0-9._:@-]/g, "-").slice(0, 200).replace(/^-+|-+$/g, "");
   return cleaned || "agent";
 }
+
+function errorOf(response: Response, parsed: unknown, text: string): MemstreamError {
+  const error = (parsed as ErrorShape)?.error;
+  const message = error?.message ?? `HTTP ${response.status}: ${text.slice(0, 300)}`;
+  const requestId = error?.request_id ?? response.headers.get("x-request-id");
+  // Only the API's own timeout is a WaitTimeout: a 504 from a proxy in between is that proxy giving up.
+  if (response.status === 504 && error?.code === "timeout") {
+    return new WaitTimeout(message, error.code, error.details ?? [], requestId);
+  }
+  return new MemstreamError(message, response.status, error?.code ?? null, error?.details ?? [], requestId);
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export class MemstreamClient {
   readonly url: string;
@@ -101,25 +138,26 @@ export class MemstreamClient {
     return serverMs === null ? jitter : Math.max(jitter, Math.min(serverMs, 300_000));
   }
 
-  private async request<T>(method: string, path: string, body: unknown, ok: number[]): Promise<T> {
-    for (let attempt = 0; ; attempt++) {
-      const last = attempt === this.attempts - 1;
+  private async request<T>(method: string, path: string, ok: number[], attempt: () => Attempt): Promise<T> {
+    for (let n = 0; ; n++) {
+      const last = n === this.attempts - 1;
+      const { body, timeoutMs } = attempt();
       let response: Response;
       try {
         response = await this.fetchImpl(this.url + path, {
           method,
           headers: this.headers,
           body: body === undefined ? undefined : JSON.stringify(body),
-          signal: AbortSignal.timeout(this.timeoutMs),
+          signal: AbortSignal.timeout(timeoutMs),
         });
       } catch (error) {
         if (last) throw new MemstreamError(`could not reach memstream at ${this.url}: ${String(error)}`, 0);
-        await new Promise((r) => setTimeout(r, this.delay(attempt, null)));
+        await sleep(this.delay(n, null));
         continue;
       }
       if (RETRY_STATUSES.has(response.status) && !last) {
         await response.body?.cancel();
-        await new Promise((r) => setTimeout(r, this.delay(attempt, retryAfterMs(response.headers.get("retry-after")))));
+        await sleep(this.delay(n, retryAfterMs(response.headers.get("retry-after"))));
         continue;
       }
       const text = await response.text();
@@ -130,15 +168,12 @@ export class MemstreamClient {
         // not JSON: something between us and memstream answered
       }
       if (ok.includes(response.status)) return parsed as T;
-      const error = (parsed as { error?: { code?: string; message?: string; details?: unknown[]; request_id?: string } } | null)?.error;
-      throw new MemstreamError(
-        error?.message ?? `HTTP ${response.status}: ${text.slice(0, 300)}`,
-        response.status,
-        error?.code ?? null,
-        error?.details ?? [],
-        error?.request_id ?? response.headers.get("x-request-id"),
-      );
+      throw errorOf(response, parsed, text);
     }
+  }
+
+  private send<T>(method: string, path: string, body: unknown, ok: number[]): Promise<T> {
+    return this.request<T>(method, path, ok, () => ({ body, timeoutMs: this.timeoutMs }));
   }
 
   /** Publish turns; returns every item's fate and the positions to `wait` on. */
@@ -152,22 +187,39 @@ export class MemstreamClient {
       occurred_at: t.occurred_at ?? new Date().toISOString(),
       ...t,
     }));
-    return this.request<EventsResult>("POST", "/v1/events", events, [200, 207]);
+    return this.send<EventsResult>("POST", "/v1/events", events, [200, 207]);
   }
 
   /** Evidence for a question (zero LLM tokens), with provenance. */
   async search(question: string, options: Partial<Omit<SearchBody, "question">> = {}): Promise<SearchResponse> {
-    return this.request<SearchResponse>("POST", "/v1/search", { ...options, question }, [200]);
+    return this.send<SearchResponse>("POST", "/v1/search", { ...options, question }, [200]);
   }
 
   /** Forget a conversation, session, turn (event_id) or agent; `wait(result.positions)` = complete. */
   async forget(scope: Partial<ForgetBody>): Promise<ForgetResult> {
-    return this.request<ForgetResult>("POST", "/v1/forget", scope, [202]);
+    return this.send<ForgetResult>("POST", "/v1/forget", scope, [202]);
   }
 
-  /** Resolves once every view has processed up to `positions`; rejects with status 504 after `timeoutSeconds`. */
+  /**
+   * Resolves true once every view has processed up to `positions` (read-your-writes); rejects with WaitTimeout
+   * after `timeoutSeconds`. Each request's HTTP timeout is the time it waits plus the client's `timeoutMs`; a wait
+   * longer than the API's 300 s per request is several requests.
+   */
   async wait(positions: Positions, timeoutSeconds = 30): Promise<boolean> {
-    const result = await this.request<{ caught_up: boolean }>("POST", "/v1/wait", { positions, timeout_seconds: timeoutSeconds }, [200]);
-    return result.caught_up;
+    if (!(timeoutSeconds >= 0)) throw new RangeError(`timeoutSeconds must be >= 0, not ${timeoutSeconds}`);
+    const deadline = performance.now() + timeoutSeconds * 1000;
+    const chunk = (): Attempt => {
+      const seconds = Math.min(MAX_WAIT_SECONDS, Math.max(0, deadline - performance.now()) / 1000);
+      return { body: { positions, timeout_seconds: seconds }, timeoutMs: seconds * 1000 + this.timeoutMs };
+    };
+    for (;;) {
+      try {
+        const result = await this.request<{ caught_up: boolean }>("POST", "/v1/wait", [200], chunk);
+        return result.caught_up;
+      } catch (error) {
+        // A request that ran out before the wait's deadline was one chunk of a longer wait.
+        if (!(error instanceof WaitTimeout) || deadline - performance.now() < 10) throw error;
+      }
+    }
   }
 }
