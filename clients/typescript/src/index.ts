@@ -17,7 +17,9 @@ export type { components, paths } from "./api.js";
 type Schemas = components["schemas"];
 export type SearchBody = Schemas["SearchBody"];
 export type SearchResponse = Schemas["SearchResponse"];
+/** One unit of evidence: its `score` (comparable within one response only) and `role` say why it is there. */
 export type Evidence = Schemas["Evidence"];
+export type EvidenceRole = Evidence["role"];
 export type TurnRef = Schemas["TurnRef"];
 export type TurnRecorded = Schemas["TurnRecorded"];
 export type EventsResult = Schemas["EventsResult"];
@@ -29,6 +31,16 @@ export type Positions = Record<string, number>;
 /** A turn to add: only conversation_id, speaker and text are needed. */
 export type TurnInput = Partial<Omit<TurnRecorded, "type">>
   & Pick<TurnRecorded, "conversation_id" | "speaker" | "text">;
+
+/**
+ * What a search takes besides the question. Every field is optional: one left out is not sent, and the server's
+ * default applies. Two are easily confused:
+ * - `max_turns` is the results' limit: evidence units are added in rank order until they hold this many distinct
+ *   turns (the last unit may be cut). Left out, the server's default applies (SearchBody's `@default`).
+ * - `k` is how many of the best fused units seed the evidence as `primary`, before closure and fill. It does not
+ *   limit the results.
+ */
+export type SearchOptions = Partial<Omit<SearchBody, "question">>;
 
 export interface ClientOptions {
   /** Default: $MEMSTREAM_URL, else http://127.0.0.1:8080. */
@@ -190,8 +202,11 @@ export class MemstreamClient {
     return this.send<EventsResult>("POST", "/v1/events", events, [200, 207]);
   }
 
-  /** Evidence for a question (zero LLM tokens), with provenance. */
-  async search(question: string, options: Partial<Omit<SearchBody, "question">> = {}): Promise<SearchResponse> {
+  /**
+   * Evidence for a question (zero LLM tokens), with provenance, best first. `options.max_turns` limits the
+   * results (distinct turns); `options.k` only chooses how many units seed them as `primary` (see SearchOptions).
+   */
+  async search(question: string, options: SearchOptions = {}): Promise<SearchResponse> {
     return this.send<SearchResponse>("POST", "/v1/search", { ...options, question }, [200]);
   }
 

@@ -10,8 +10,9 @@ import { MemstreamClient, MemstreamError } from "../src/index.js";
 
 const url = process.env.MEMSTREAM_TEST_URL;
 const key = process.env.MEMSTREAM_TEST_KEY;
+const live = { skip: !url && "MEMSTREAM_TEST_URL is not set" };
 
-test("add, wait, search, forget, search again", { skip: !url && "MEMSTREAM_TEST_URL is not set" }, async () => {
+test("add, wait, search, forget, search again", live, async () => {
   const client = new MemstreamClient({ url, apiKey: key });
   const conversation = `ts-${randomUUID()}`;
   const added = await client.add([
@@ -28,6 +29,13 @@ test("add, wait, search, forget, search again", { skip: !url && "MEMSTREAM_TEST_
     assert.equal(typeof t.event_id, "string");
     assert.equal(typeof t.partition, "number");
   }
+  for (const e of found.evidence) {
+    assert.equal(typeof e.score, "number");
+    assert.ok(["primary", "bridge", "neighbour", "fill"].includes(e.role), e.role);
+  }
+  const one = await client.search("Who breeds horses?", { conversation_id: conversation, strategy: "bm25",
+    max_turns: 1 });
+  assert.equal(new Set(one.evidence.flatMap((e) => e.turns.map((t) => t.event_id))).size, 1);
 
   const forgotten = await client.forget({ conversation_id: conversation });
   assert.equal(forgotten.status, "requested");
@@ -36,7 +44,7 @@ test("add, wait, search, forget, search again", { skip: !url && "MEMSTREAM_TEST_
   assert.equal(after.evidence.flatMap((e) => e.turns).filter((t) => t.text.includes("Icelandic")).length, 0);
 });
 
-test("refusals come back as MemstreamError with the API's code", { skip: !url && "MEMSTREAM_TEST_URL is not set" }, async () => {
+test("refusals come back as MemstreamError with the API's code", live, async () => {
   const bad = new MemstreamClient({ url, apiKey: "ms_not_a_real_key", attempts: 1 });
   await assert.rejects(bad.search("anything"), (e: unknown) => e instanceof MemstreamError && e.status === 401);
   const client = new MemstreamClient({ url, apiKey: key, attempts: 1 });
@@ -44,5 +52,6 @@ test("refusals come back as MemstreamError with the API's code", { skip: !url &&
     client.search("anything", { tenant_id: process.env.MEMSTREAM_TEST_OTHER_TENANT }),
     (e: unknown) => e instanceof MemstreamError && e.status === 403 && e.code !== null,
   );
-  await assert.rejects(client.forget({ session_id: "s1" }), (e: unknown) => e instanceof MemstreamError && e.status >= 400 && e.status < 500);
+  await assert.rejects(client.forget({ session_id: "s1" }),
+    (e: unknown) => e instanceof MemstreamError && e.status >= 400 && e.status < 500);
 });
