@@ -160,7 +160,7 @@ export class MemstreamClient {
           method,
           headers: this.headers,
           body: body === undefined ? undefined : JSON.stringify(body),
-          signal: AbortSignal.timeout(timeoutMs),
+          signal: AbortSignal.timeout(Math.ceil(timeoutMs)),
         });
       } catch (error) {
         if (last) throw new MemstreamError(`could not reach memstream at ${this.url}: ${String(error)}`, 0);

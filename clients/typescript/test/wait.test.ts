@@ -59,6 +59,14 @@ test("a wait longer than the API's 300 s is requests of at most 300 s, until one
   for (const body of sent) assert.ok(body.timeout_seconds > 299 && body.timeout_seconds <= 300, JSON.stringify(sent));
 });
 
+test("a wait of a fraction of a second is one request of that time", async () => {
+  const sent: Sent[] = [];
+  const client = new MemstreamClient({ url: "http://memstream.invalid", attempts: 1, timeoutMs: 1_000.5,
+    fetch: standIn([[200, { caught_up: true }]], sent) });
+  assert.equal(await client.wait({ 0: 7 }, 2.5), true);
+  assert.ok(sent.length === 1 && sent[0]!.timeout_seconds > 2 && sent[0]!.timeout_seconds <= 2.5, JSON.stringify(sent));
+});
+
 test("a wait that ran out is not retried; a proxy's 504 is not a WaitTimeout", async () => {
   const sent: Sent[] = [];
   const client = new MemstreamClient({ url: "http://memstream.invalid", fetch: standIn([timedOut,
