@@ -7,17 +7,20 @@
 """
 
 from memstream_client._http import RetryPolicy, merge_positions
+from memstream_client._version import __version__
 from memstream_client.batch import AsyncBatch, Batch
 from memstream_client.client import AsyncClient, Client
-from memstream_client.errors import (AuthenticationError, BadRequest, Conflict, MemstreamError, NotFound, PayloadTooLarge,
-                                     PermissionDenied, RateLimited, TransportError, Unavailable, WaitTimeout)
-from memstream_client.models import (AddResult, AnswerResult, Attachment, Evidence, ForgetResult, ItemResult, Positions, SearchResult, Status,
-                                     StoredTurn, Turn, TurnHistory, TurnPage, TurnRef, ViewStatus)
+from memstream_client.errors import (AuthenticationError, BadRequest, Conflict, InvalidRequest, MemstreamError,
+                                     NotFound, PayloadTooLarge, PermissionDenied, RateLimited, TransportError,
+                                     Unavailable, WaitTimeout)
+from memstream_client.models import (AddResult, AnswerResult, Attachment, Evidence, ForgetResult, ItemResult,
+                                     Positions, SearchResult, Status, StoredTurn, Turn, TurnHistory, TurnPage, TurnRef,
+                                     ViewStatus)
 
-__version__ = "0.1.0"
 __all__ = [
-    "AddResult", "AnswerResult", "AsyncBatch", "AsyncClient", "Attachment", "AuthenticationError", "BadRequest", "Batch", "Client", "Conflict",
-    "Evidence", "ForgetResult", "ItemResult", "MemstreamError", "NotFound", "PayloadTooLarge", "PermissionDenied", "Positions", "RateLimited",
-    "RetryPolicy", "SearchResult", "Status", "StoredTurn", "TransportError", "Turn", "TurnHistory", "TurnPage", "TurnRef", "Unavailable",
-    "ViewStatus", "WaitTimeout", "merge_positions",
+    "AddResult", "AnswerResult", "AsyncBatch", "AsyncClient", "Attachment", "AuthenticationError", "BadRequest",
+    "Batch", "Client", "Conflict", "Evidence", "ForgetResult", "InvalidRequest", "ItemResult", "MemstreamError",
+    "NotFound", "PayloadTooLarge", "PermissionDenied", "Positions", "RateLimited", "RetryPolicy", "SearchResult",
+    "Status", "StoredTurn", "TransportError", "Turn", "TurnHistory", "TurnPage", "TurnRef", "Unavailable",
+    "ViewStatus", "WaitTimeout", "__version__", "merge_positions",
 ]

@@ -6,24 +6,34 @@ out) are retried with exponential back-off and full jitter, never sooner than a 
 the server sent. Every operation is safe to repeat: a publish carries its event ids (the views
 keep one turn per id: a repeat is a duplicate they drop), a forget repeated forgets nothing more,
 reads change nothing. (An `answer` repeated may call the reader model twice.)
+
+Waits. A wait's HTTP read timeout is its own time plus `WAIT_MARGIN`, so the server's 504 (the
+views did not get there in time) arrives as `WaitTimeout` instead of a read timeout; a wait is
+retried only while its own time lasts (`retry_delay`'s deadline), never after it ran out.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import time
+from collections import abc
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any, Callable, Iterable
 
 import httpx
+from pydantic import ValidationError
 
 from memstream_client import errors
+from memstream_client._version import __version__
 from memstream_client.models import Positions, Turn
 
 DEFAULT_URL = "http://127.0.0.1:8080"
-USER_AGENT = "memstream-client/0.1.0"
+USER_AGENT = f"memstream-client/{__version__}"
+MAX_WAIT = 300.0  # the API's longest single wait (POST /v1/wait's timeout_seconds)
+WAIT_MARGIN = 10.0  # what a wait's HTTP read may take beyond the wait: the server answering, a proxy in between
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,21 @@ class RetryPolicy:
     def delay(self, retry: int, retry_after: float | None, rng: random.Random = random.Random()) -> float:
         jitter = rng.uniform(0, min(self.max_delay, self.base_delay * (2 ** retry)))
         return max(jitter, min(retry_after, 300.0)) if retry_after is not None else jitter
+
+
+def retry_delay(policy: RetryPolicy, attempt: int, response: httpx.Response | None,
+                deadline: float | None) -> float | None:
+    """Seconds to sleep before the next attempt, or None: do not retry. `response` is None for a
+    transport failure; `deadline` (time.monotonic) is when the operation's own time runs out —
+    a retry that would start after it is not made."""
+    if attempt >= policy.attempts - 1:
+        return None
+    if response is not None and response.status_code not in policy.statuses:
+        return None
+    delay = policy.delay(attempt, retry_after(response) if response is not None else None)
+    if deadline is not None and time.monotonic() + delay >= deadline:
+        return None
+    return delay
 
 
 def retry_after(response: httpx.Response) -> float | None:
@@ -63,6 +88,7 @@ class Call:
     json: Any = None
     params: dict[str, Any] | None = None
     ok: tuple[int, ...] = (200,)
+    read_timeout: float | None = None  # at least this long for the answer (a wait's time plus WAIT_MARGIN)
 
 
 def _positions(raw: dict) -> Positions:
@@ -79,19 +105,27 @@ def merge_positions(*many: Positions) -> Positions:
 
 
 def as_events(items: Any) -> list[dict[str, Any]]:
-    """Turns (models or dicts without a `type`) and events (dicts with one) as API events."""
+    """Turns (models or dicts without a `type`) and events (dicts with one) as API events; an
+    item that is neither, or a turn dict `Turn` refuses, raises InvalidRequest naming it."""
     if isinstance(items, (Turn, dict)):
         items = [items]
+    if isinstance(items, (str, bytes)) or not isinstance(items, abc.Iterable):
+        raise errors.InvalidRequest(f"add() takes a turn or a list of turns, not {type(items).__name__}")
     out = []
-    for item in items:
+    for i, item in enumerate(items):
         if isinstance(item, Turn):
             out.append(item.event())
         elif isinstance(item, dict) and "type" in item:
             out.append(dict(item))
         elif isinstance(item, dict):
-            out.append(Turn(**item).event())
+            try:
+                out.append(Turn(**item).event())
+            except ValidationError as exc:
+                details = [{"loc": ["turns", i, *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+                raise errors.InvalidRequest(f"turn {i} is not a valid memstream_client.Turn", details=details) from None
         else:
-            raise TypeError(f"add() takes turns (memstream_client.Turn or dicts) or event dicts, not {type(item).__name__}")
+            raise errors.InvalidRequest(f"add() takes turns (memstream_client.Turn or dicts) or event dicts; "
+                                        f"item {i} is a {type(item).__name__}")
     return out
 
 
@@ -137,12 +171,14 @@ class Operations:
     def forget(self, **scope: Any) -> Call:
         from memstream_client.models import ForgetResult
 
-        return Call("POST", "/v1/forget", ForgetResult.model_validate, json={**_clean(scope), **self._tenant(scope.get("tenant_id"))},
-                    ok=(202,))
+        return Call("POST", "/v1/forget", ForgetResult.model_validate,
+                    json={**_clean(scope), **self._tenant(scope.get("tenant_id"))}, ok=(202,))
 
-    def wait(self, positions: Positions, timeout: float) -> Call:
-        return Call("POST", "/v1/wait", lambda body: bool(body.get("caught_up")),
-                    json={"positions": {str(p): o for p, o in positions.items()}, "timeout_seconds": timeout})
+    def wait(self, positions: Positions, seconds: float) -> Call:
+        """One POST /v1/wait of at most MAX_WAIT seconds; its HTTP read outlasts it by WAIT_MARGIN."""
+        seconds = round(min(MAX_WAIT, max(0.0, seconds)), 3)
+        return Call("POST", "/v1/wait", _caught_up, json={"positions": wanted(positions), "timeout_seconds": seconds},
+                    read_timeout=seconds + WAIT_MARGIN)
 
     def status(self) -> Call:
         from memstream_client.models import Status
@@ -164,16 +200,33 @@ class Operations:
     def turns(self, **query: Any) -> Call:
         from memstream_client.models import TurnPage
 
-        return Call("GET", "/v1/turns", TurnPage.model_validate, params=_clean({**query, **self._tenant(query.get("tenant_id"))}))
+        return Call("GET", "/v1/turns", TurnPage.model_validate,
+                    params=_clean({**query, **self._tenant(query.get("tenant_id"))}))
 
     def export(self, conversation_id: str | None, tenant_id: str | None) -> Call:
         return Call("GET", "/v1/export", params=_clean({"conversation_id": conversation_id, **self._tenant(tenant_id)}))
 
 
+def wanted(positions: Any) -> dict[str, int]:
+    """`positions` as POST /v1/wait takes them, or InvalidRequest."""
+    try:
+        return {str(int(p)): int(o) for p, o in positions.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise errors.InvalidRequest("wait() takes positions: partition -> offset (an add or forget result's positions)",
+                                    details=[{"loc": ["positions"], "msg": f"not a mapping of ints: {positions!r:.80}",
+                                              "type": "value_error"}]) from None
+
+
+def _caught_up(body: Any) -> bool:
+    if isinstance(body, dict) and body.get("caught_up") is True:
+        return True
+    raise errors.WaitTimeout(f"the views are not caught up: {str(body)[:200]}", body=body)
+
+
 def _segment(value: str) -> str:
     from urllib.parse import quote
 
-    return quote(value, safe="")
+    return quote(str(value), safe="")
 
 
 @dataclass
@@ -183,7 +236,7 @@ class Settings:
 
     url: str | None = None
     api_key: str | None = None
-    timeout: float = 30.0
+    timeout: float | None = 30.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -211,20 +264,19 @@ def outcome(call: Call, response: httpx.Response) -> Any:
     raise errors.from_response(response.status_code, body, retry_after(response))
 
 
-def retryable(call: Call, response: httpx.Response | None, policy: RetryPolicy) -> bool:
-    return response is None or response.status_code in policy.statuses
-
-
 def transport_error(exc: Exception, url: str) -> errors.TransportError:
     return errors.TransportError(f"could not reach memstream at {url}: {type(exc).__name__}: {exc}")
 
 
-def request_kwargs(call: Call) -> dict[str, Any]:
+def request_kwargs(call: Call, timeout: float | None) -> dict[str, Any]:
+    """httpx's arguments for `call` on a client whose timeout is `timeout` seconds."""
     kwargs: dict[str, Any] = {}
     if call.json is not None:
         kwargs["json"] = call.json
     if call.params:
         kwargs["params"] = call.params
+    if call.read_timeout is not None and timeout is not None and call.read_timeout > timeout:
+        kwargs["timeout"] = httpx.Timeout(timeout, read=call.read_timeout)
     return kwargs
 
 

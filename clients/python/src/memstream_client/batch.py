@@ -11,13 +11,14 @@ import threading
 from typing import Any
 
 from memstream_client._http import as_events, merge_positions
+from memstream_client.errors import InvalidRequest
 from memstream_client.models import AddResult, Positions
 
 
 class _Buffer:
     def __init__(self, max_size: int, max_delay: float):
         if max_size < 1 or max_delay <= 0:
-            raise ValueError("max_size must be >= 1 and max_delay > 0")
+            raise InvalidRequest(f"batch() needs max_size >= 1 and max_delay > 0, not {max_size} and {max_delay}")
         self.max_size, self.max_delay = max_size, max_delay
         self.items: list[dict[str, Any]] = []
         self.positions: Positions = {}

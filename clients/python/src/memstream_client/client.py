@@ -1,32 +1,57 @@
 """`Client` (blocking) and `AsyncClient`: the same operations; the requests are built once, in
-`_http.Operations`, and these classes only send them (with the retries of `_http.RetryPolicy`)."""
+`_http.Operations`, and these classes only send them (with the retries of `_http.RetryPolicy`).
+
+Search options, for `search` and `answer` (each left None lets the server's default apply):
+
+- `max_turns` is the results' limit: evidence units are added in rank order until they hold that
+  many distinct turns (the last unit may be cut). Server default 25, at most 500.
+- `k` is how many of the best fused units seed the evidence as `primary`, before closure adds
+  `bridge` and `neighbour` units and `fill` tops it up to `max_turns`; it does not limit the
+  results. Server default 5.
+- Each evidence unit carries `rank`, `role` (primary | bridge | neighbour | fill) and `score`: the
+  score its strategy ranked it by, comparable within one result only.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
 
 import httpx
 
+from memstream_client import _http
+from memstream_client._http import (Call, Operations, RetryPolicy, Settings, events_of, outcome, request_kwargs,
+                                    retry_delay, transport_error)
 from memstream_client.errors import WaitTimeout
-from memstream_client._http import Call, Operations, RetryPolicy, Settings, events_of, outcome, request_kwargs, retry_after, transport_error
-from memstream_client.models import AddResult, AnswerResult, ForgetResult, Positions, SearchResult, Status, StoredTurn, TurnHistory, TurnPage
+from memstream_client.models import (AddResult, AnswerResult, ForgetResult, Positions, SearchResult, Status, StoredTurn,
+                                     TurnHistory, TurnPage)
 
 if TYPE_CHECKING:
     from memstream_client.batch import AsyncBatch, Batch
 
-SearchOptions = dict[str, Any]
-MAX_WAIT = 300.0  # the API's longest single wait
+# A builder makes each attempt's request afresh: a retried wait asks for the time left, not the time it had.
+CallOrBuild = Call | Callable[[], Call]
 
 
-def _search_options(conversation_id, session_id, agent_id, since, until, as_of, strategy, k, max_turns, tenant_id) -> SearchOptions:
-    return {"conversation_id": conversation_id, "session_id": session_id, "agent_id": agent_id, "since": since, "until": until,
-            "as_of": as_of, "strategy": strategy, "k": k, "max_turns": max_turns, "tenant_id": tenant_id}
+def _search_options(conversation_id, session_id, agent_id, since, until, as_of, strategy, k, max_turns,
+                    tenant_id) -> dict[str, Any]:
+    return {"conversation_id": conversation_id, "session_id": session_id, "agent_id": agent_id, "since": since,
+            "until": until, "as_of": as_of, "strategy": strategy, "k": k, "max_turns": max_turns,
+            "tenant_id": tenant_id}
 
 
-def _forget_scope(conversation_id, session_id, event_id, agent_id, occurred_before, reason, tenant_id) -> dict[str, Any]:
+def _wait_more(started: float, deadline: float) -> bool:
+    """After a WaitTimeout: whether to send the wait's next request — time is left, and the
+    request ran out its whole time (one of several of a long wait) rather than being answered
+    early by something in between, which a loop would only repeat."""
+    now = time.monotonic()
+    return now < deadline - 0.01 and now - started >= 0.5 * min(_http.MAX_WAIT, deadline - started)
+
+
+def _forget_scope(conversation_id, session_id, event_id, agent_id, occurred_before, reason,
+                  tenant_id) -> dict[str, Any]:
     return {"conversation_id": conversation_id, "session_id": session_id, "event_id": event_id, "agent_id": agent_id,
             "occurred_before": occurred_before, "reason": reason, "tenant_id": tenant_id}
 
@@ -34,10 +59,12 @@ def _forget_scope(conversation_id, session_id, event_id, agent_id, occurred_befo
 class Client:
     """A blocking client. `url` and `api_key` default to MEMSTREAM_URL and MEMSTREAM_API_KEY;
     `tenant_id` (optional) is named in every request — a reader or writer key's own tenant is
-    the default on the server; an admin key must name one."""
+    the default on the server; an admin key must name one. `timeout` is the HTTP timeout of
+    every request but `wait`'s, which lasts as long as the wait."""
 
-    def __init__(self, url: str | None = None, api_key: str | None = None, *, tenant_id: str | None = None, timeout: float = 30.0,
-                 retry: RetryPolicy | None = None, headers: dict[str, str] | None = None, transport: httpx.BaseTransport | None = None):
+    def __init__(self, url: str | None = None, api_key: str | None = None, *, tenant_id: str | None = None,
+                 timeout: float | None = 30.0, retry: RetryPolicy | None = None, headers: dict[str, str] | None = None,
+                 transport: httpx.BaseTransport | None = None):
         self._settings = Settings(url, api_key, timeout, retry or RetryPolicy(), dict(headers or {}))
         self.url, headers_ = self._settings.resolved()
         self._ops = Operations(tenant_id)
@@ -54,28 +81,30 @@ class Client:
         self.close()
 
     # -- sending -----------------------------------------------------------------------------
-    def _send(self, call: Call) -> Any:
-        policy = self._settings.retry
-        for attempt in range(policy.attempts):
-            last = attempt == policy.attempts - 1
+    def _send(self, call: CallOrBuild, deadline: float | None = None) -> Any:
+        """The call's result, retried as `_http.retry_delay` says (no retry starts after `deadline`)."""
+        policy, attempt = self._settings.retry, 0
+        while True:
+            this = call() if callable(call) else call
             try:
-                response = self._http.request(call.method, call.path, **request_kwargs(call))
+                response = self._http.request(this.method, this.path, **request_kwargs(this, self._settings.timeout))
             except httpx.TransportError as exc:
-                if last:
+                delay = retry_delay(policy, attempt, None, deadline)
+                if delay is None:
                     raise transport_error(exc, self.url) from exc
-                time.sleep(policy.delay(attempt, None))
-                continue
-            if response.status_code in policy.statuses and not last:
-                time.sleep(policy.delay(attempt, retry_after(response)))
-                continue
-            return outcome(call, response)
-        raise AssertionError("unreachable")
+            else:
+                delay = retry_delay(policy, attempt, response, deadline)
+                if delay is None:
+                    return outcome(this, response)
+            time.sleep(delay)
+            attempt += 1
 
     # -- operations --------------------------------------------------------------------------
     def add(self, turns: Any) -> AddResult:
         """Publish turns (`Turn`s, or dicts with at least conversation_id, speaker and text) or
         events (dicts with a `type`). Returns every item's fate and the positions to `wait` on;
-        raises only when nothing was accepted."""
+        raises only when nothing was accepted. A turn dict `Turn` refuses (an unknown key, a
+        wrong type) raises InvalidRequest naming it, before anything is sent."""
         return self._send(self._ops.add(turns))
 
     def batch(self, max_size: int = 500, max_delay: float = 1.0) -> "Batch":
@@ -85,21 +114,25 @@ class Client:
 
         return Batch(self, max_size, max_delay)
 
-    def search(self, question: str, *, conversation_id: str | None = None, session_id: str | None = None, agent_id: str | None = None,
-               since: datetime | None = None, until: datetime | None = None, as_of: datetime | None = None, strategy: str | None = None,
-               k: int | None = None, max_turns: int | None = None, tenant_id: str | None = None) -> SearchResult:
+    def search(self, question: str, *, conversation_id: str | None = None, session_id: str | None = None,
+               agent_id: str | None = None, since: datetime | None = None, until: datetime | None = None,
+               as_of: datetime | None = None, strategy: str | None = None, k: int | None = None,
+               max_turns: int | None = None, tenant_id: str | None = None) -> SearchResult:
         """Evidence for a question (zero LLM tokens): ranked units, each with its turns and
-        their provenance (event id, log position, session date, speaker)."""
-        return self._send(self._ops.search(question, **_search_options(conversation_id, session_id, agent_id, since, until, as_of,
-                                                                          strategy, k, max_turns, tenant_id)))
+        their provenance (event id, log position, session date, speaker). `max_turns` limits the
+        results (distinct turns; server default 25); `k` is how many of the best units seed them
+        as `primary` and does not limit them (module docstring)."""
+        return self._send(self._ops.search(question, **_search_options(
+            conversation_id, session_id, agent_id, since, until, as_of, strategy, k, max_turns, tenant_id)))
 
-    def answer(self, question: str, *, conversation_id: str | None = None, session_id: str | None = None, agent_id: str | None = None,
-               since: datetime | None = None, until: datetime | None = None, as_of: datetime | None = None, strategy: str | None = None,
-               k: int | None = None, max_turns: int | None = None, tenant_id: str | None = None) -> AnswerResult:
-        """The search, then the server's reader model's calibrated answer (503 when the server
-        has no reader configured)."""
-        return self._send(self._ops.answer(question, **_search_options(conversation_id, session_id, agent_id, since, until, as_of,
-                                                                          strategy, k, max_turns, tenant_id)))
+    def answer(self, question: str, *, conversation_id: str | None = None, session_id: str | None = None,
+               agent_id: str | None = None, since: datetime | None = None, until: datetime | None = None,
+               as_of: datetime | None = None, strategy: str | None = None, k: int | None = None,
+               max_turns: int | None = None, tenant_id: str | None = None) -> AnswerResult:
+        """The search (same options), then the server's reader model's calibrated answer. A
+        server with no reader configured answers 400 (BadRequest, "no reader is configured")."""
+        return self._send(self._ops.answer(question, **_search_options(
+            conversation_id, session_id, agent_id, since, until, as_of, strategy, k, max_turns, tenant_id)))
 
     def forget(self, *, conversation_id: str | None = None, session_id: str | None = None, event_id: str | None = None,
                agent_id: str | None = None, occurred_before: datetime | None = None, reason: str | None = None,
@@ -107,36 +140,42 @@ class Client:
         """Forget a conversation, a session, a turn (`event_id`), an agent's turns, or — with
         none of those and an admin key — a tenant; `occurred_before` narrows any of them.
         `wait(result.positions)` returns once it is complete."""
-        return self._send(self._ops.forget(**_forget_scope(conversation_id, session_id, event_id, agent_id, occurred_before, reason,
-                                                           tenant_id)))
+        return self._send(self._ops.forget(**_forget_scope(
+            conversation_id, session_id, event_id, agent_id, occurred_before, reason, tenant_id)))
 
     def wait(self, positions: Positions, timeout: float = 30.0) -> bool:
-        """Block until every view has processed up to `positions` (read-your-writes); raises
-        WaitTimeout if that takes longer than `timeout` seconds (longer waits than the API's
-        300 s per request are several requests)."""
+        """Block until every view has processed up to `positions` (read-your-writes). Returns True
+        then; raises WaitTimeout once `timeout` seconds passed without it, whatever the client's
+        HTTP timeout (a wait's request lasts as long as the wait). Waits longer than the API's
+        300 s per request are several requests; a wait that ran out is not retried."""
         deadline = time.monotonic() + timeout
+        self._ops.wait(positions, 0)  # malformed positions are refused before any request
         while True:
-            chunk = min(MAX_WAIT, max(0.0, deadline - time.monotonic()))
+            started = time.monotonic()
             try:
-                return self._send(self._ops.wait(positions, chunk))
+                return self._send(lambda: self._ops.wait(positions, deadline - time.monotonic()), deadline)
             except WaitTimeout:
-                if time.monotonic() >= deadline - 0.01:
+                if not _wait_more(started, deadline):
                     raise
 
     def status(self) -> Status:
         return self._send(self._ops.status())
 
-    def get_turn(self, event_id: str, *, conversation_id: str | None = None, tenant_id: str | None = None) -> StoredTurn:
+    def get_turn(self, event_id: str, *, conversation_id: str | None = None,
+                 tenant_id: str | None = None) -> StoredTurn:
         return self._send(self._ops.turn(event_id, conversation_id, tenant_id))
 
-    def turn_history(self, event_id: str, *, conversation_id: str | None = None, tenant_id: str | None = None) -> TurnHistory:
+    def turn_history(self, event_id: str, *, conversation_id: str | None = None,
+                     tenant_id: str | None = None) -> TurnHistory:
         return self._send(self._ops.turn_history(event_id, conversation_id, tenant_id))
 
-    def list_turns(self, *, conversation_id: str | None = None, session_id: str | None = None, agent_id: str | None = None,
-                   cursor: str | None = None, limit: int = 100, include_superseded: bool = False, tenant_id: str | None = None) -> TurnPage:
+    def list_turns(self, *, conversation_id: str | None = None, session_id: str | None = None,
+                   agent_id: str | None = None, cursor: str | None = None, limit: int = 100,
+                   include_superseded: bool = False, tenant_id: str | None = None) -> TurnPage:
         """One page of a boundary's turns in conversation order; pass `next_cursor` for the next."""
-        return self._send(self._ops.turns(conversation_id=conversation_id, session_id=session_id, agent_id=agent_id, cursor=cursor,
-                                          limit=limit, include_superseded=include_superseded or None, tenant_id=tenant_id))
+        return self._send(self._ops.turns(conversation_id=conversation_id, session_id=session_id, agent_id=agent_id,
+                                          cursor=cursor, limit=limit, include_superseded=include_superseded or None,
+                                          tenant_id=tenant_id))
 
     def iter_turns(self, **query: Any) -> Iterator[StoredTurn]:
         cursor = None
@@ -160,8 +199,9 @@ class Client:
 class AsyncClient:
     """The asyncio twin of `Client` (same arguments, same methods as coroutines)."""
 
-    def __init__(self, url: str | None = None, api_key: str | None = None, *, tenant_id: str | None = None, timeout: float = 30.0,
-                 retry: RetryPolicy | None = None, headers: dict[str, str] | None = None, transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(self, url: str | None = None, api_key: str | None = None, *, tenant_id: str | None = None,
+                 timeout: float | None = 30.0, retry: RetryPolicy | None = None, headers: dict[str, str] | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None):
         self._settings = Settings(url, api_key, timeout, retry or RetryPolicy(), dict(headers or {}))
         self.url, headers_ = self._settings.resolved()
         self._ops = Operations(tenant_id)
@@ -176,24 +216,26 @@ class AsyncClient:
     async def __aexit__(self, *exc) -> None:
         await self.aclose()
 
-    async def _send(self, call: Call) -> Any:
-        policy = self._settings.retry
-        for attempt in range(policy.attempts):
-            last = attempt == policy.attempts - 1
+    async def _send(self, call: CallOrBuild, deadline: float | None = None) -> Any:
+        policy, attempt = self._settings.retry, 0
+        while True:
+            this = call() if callable(call) else call
             try:
-                response = await self._http.request(call.method, call.path, **request_kwargs(call))
+                response = await self._http.request(this.method, this.path,
+                                                    **request_kwargs(this, self._settings.timeout))
             except httpx.TransportError as exc:
-                if last:
+                delay = retry_delay(policy, attempt, None, deadline)
+                if delay is None:
                     raise transport_error(exc, self.url) from exc
-                await asyncio.sleep(policy.delay(attempt, None))
-                continue
-            if response.status_code in policy.statuses and not last:
-                await asyncio.sleep(policy.delay(attempt, retry_after(response)))
-                continue
-            return outcome(call, response)
-        raise AssertionError("unreachable")
+            else:
+                delay = retry_delay(policy, attempt, response, deadline)
+                if delay is None:
+                    return outcome(this, response)
+            await asyncio.sleep(delay)
+            attempt += 1
 
     async def add(self, turns: Any) -> AddResult:
+        """As `Client.add`."""
         return await self._send(self._ops.add(turns))
 
     def batch(self, max_size: int = 500, max_delay: float = 1.0) -> "AsyncBatch":
@@ -203,48 +245,55 @@ class AsyncClient:
 
     async def search(self, question: str, *, conversation_id: str | None = None, session_id: str | None = None,
                      agent_id: str | None = None, since: datetime | None = None, until: datetime | None = None,
-                     as_of: datetime | None = None, strategy: str | None = None, k: int | None = None, max_turns: int | None = None,
-                     tenant_id: str | None = None) -> SearchResult:
-        return await self._send(self._ops.search(question, **_search_options(conversation_id, session_id, agent_id, since, until, as_of,
-                                                                                strategy, k, max_turns, tenant_id)))
+                     as_of: datetime | None = None, strategy: str | None = None, k: int | None = None,
+                     max_turns: int | None = None, tenant_id: str | None = None) -> SearchResult:
+        """As `Client.search`: `max_turns` limits the results, `k` seeds them (module docstring)."""
+        return await self._send(self._ops.search(question, **_search_options(
+            conversation_id, session_id, agent_id, since, until, as_of, strategy, k, max_turns, tenant_id)))
 
     async def answer(self, question: str, *, conversation_id: str | None = None, session_id: str | None = None,
                      agent_id: str | None = None, since: datetime | None = None, until: datetime | None = None,
-                     as_of: datetime | None = None, strategy: str | None = None, k: int | None = None, max_turns: int | None = None,
-                     tenant_id: str | None = None) -> AnswerResult:
-        return await self._send(self._ops.answer(question, **_search_options(conversation_id, session_id, agent_id, since, until, as_of,
-                                                                                strategy, k, max_turns, tenant_id)))
+                     as_of: datetime | None = None, strategy: str | None = None, k: int | None = None,
+                     max_turns: int | None = None, tenant_id: str | None = None) -> AnswerResult:
+        """As `Client.answer` (400 BadRequest when the server has no reader configured)."""
+        return await self._send(self._ops.answer(question, **_search_options(
+            conversation_id, session_id, agent_id, since, until, as_of, strategy, k, max_turns, tenant_id)))
 
-    async def forget(self, *, conversation_id: str | None = None, session_id: str | None = None, event_id: str | None = None,
-                     agent_id: str | None = None, occurred_before: datetime | None = None, reason: str | None = None,
-                     tenant_id: str | None = None) -> ForgetResult:
-        return await self._send(self._ops.forget(**_forget_scope(conversation_id, session_id, event_id, agent_id, occurred_before, reason,
-                                                                 tenant_id)))
+    async def forget(self, *, conversation_id: str | None = None, session_id: str | None = None,
+                     event_id: str | None = None, agent_id: str | None = None, occurred_before: datetime | None = None,
+                     reason: str | None = None, tenant_id: str | None = None) -> ForgetResult:
+        return await self._send(self._ops.forget(**_forget_scope(
+            conversation_id, session_id, event_id, agent_id, occurred_before, reason, tenant_id)))
 
     async def wait(self, positions: Positions, timeout: float = 30.0) -> bool:
+        """As `Client.wait`: True, or WaitTimeout once `timeout` seconds passed (not retried)."""
         deadline = time.monotonic() + timeout
+        self._ops.wait(positions, 0)
         while True:
-            chunk = min(MAX_WAIT, max(0.0, deadline - time.monotonic()))
+            started = time.monotonic()
             try:
-                return await self._send(self._ops.wait(positions, chunk))
+                return await self._send(lambda: self._ops.wait(positions, deadline - time.monotonic()), deadline)
             except WaitTimeout:
-                if time.monotonic() >= deadline - 0.01:
+                if not _wait_more(started, deadline):
                     raise
 
     async def status(self) -> Status:
         return await self._send(self._ops.status())
 
-    async def get_turn(self, event_id: str, *, conversation_id: str | None = None, tenant_id: str | None = None) -> StoredTurn:
+    async def get_turn(self, event_id: str, *, conversation_id: str | None = None,
+                       tenant_id: str | None = None) -> StoredTurn:
         return await self._send(self._ops.turn(event_id, conversation_id, tenant_id))
 
-    async def turn_history(self, event_id: str, *, conversation_id: str | None = None, tenant_id: str | None = None) -> TurnHistory:
+    async def turn_history(self, event_id: str, *, conversation_id: str | None = None,
+                           tenant_id: str | None = None) -> TurnHistory:
         return await self._send(self._ops.turn_history(event_id, conversation_id, tenant_id))
 
-    async def list_turns(self, *, conversation_id: str | None = None, session_id: str | None = None, agent_id: str | None = None,
-                         cursor: str | None = None, limit: int = 100, include_superseded: bool = False,
-                         tenant_id: str | None = None) -> TurnPage:
-        return await self._send(self._ops.turns(conversation_id=conversation_id, session_id=session_id, agent_id=agent_id, cursor=cursor,
-                                                limit=limit, include_superseded=include_superseded or None, tenant_id=tenant_id))
+    async def list_turns(self, *, conversation_id: str | None = None, session_id: str | None = None,
+                         agent_id: str | None = None, cursor: str | None = None, limit: int = 100,
+                         include_superseded: bool = False, tenant_id: str | None = None) -> TurnPage:
+        return await self._send(self._ops.turns(conversation_id=conversation_id, session_id=session_id,
+                                                agent_id=agent_id, cursor=cursor, limit=limit,
+                                                include_superseded=include_superseded or None, tenant_id=tenant_id))
 
     async def iter_turns(self, **query: Any) -> AsyncIterator[StoredTurn]:
         cursor = None
@@ -256,7 +305,8 @@ class AsyncClient:
                 return
             cursor = page.next_cursor
 
-    async def export(self, *, conversation_id: str | None = None, tenant_id: str | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def export(self, *, conversation_id: str | None = None,
+                     tenant_id: str | None = None) -> AsyncIterator[dict[str, Any]]:
         import json
 
         call = self._ops.export(conversation_id, tenant_id)
@@ -267,4 +317,3 @@ class AsyncClient:
             async for line in response.aiter_lines():
                 if line.strip():
                     yield json.loads(line)
-

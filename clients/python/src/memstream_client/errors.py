@@ -1,18 +1,23 @@
 """Errors: one root (`MemstreamError`), one class per HTTP status the API answers with its error
-shape `{"error": {"code", "message", "details", "request_id"}}`."""
+shape `{"error": {"code", "message", "details", "request_id"}}`, and `InvalidRequest` for what the
+client refuses before sending."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
+
+_MAX_DETAILS = 5  # field errors named in str(exc); `details` keeps all of them
+_MAX_DETAIL_CHARS = 400
 
 
 class MemstreamError(Exception):
-    """Anything the client reports. `status` is the HTTP status (None for a transport failure),
-    `code` the API's error code, `details` its per-item or per-field details, `request_id` the
-    id to quote when asking an operator (it is in the server's log)."""
+    """Anything the client reports. `status` is the HTTP status (None for a transport failure or
+    a request refused before sending), `code` the API's error code, `details` its per-item or
+    per-field details, `request_id` the id to quote when asking an operator (it is in the
+    server's log). `str()` names the first few fields the details blame."""
 
-    def __init__(self, message: str, *, status: int | None = None, code: str | None = None, details: list[Any] | None = None,
-                 request_id: str | None = None, body: Any = None):
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None,
+                 details: list[Any] | None = None, request_id: str | None = None, body: Any = None):
         super().__init__(message)
         self.message = message
         self.status = status
@@ -22,9 +27,10 @@ class MemstreamError(Exception):
         self.body = body
 
     def __str__(self) -> str:
+        why = describe(self.details)
         where = f" [{self.status} {self.code}]" if self.status else ""
         rid = f" (request id {self.request_id})" if self.request_id else ""
-        return f"{self.message}{where}{rid}"
+        return f"{self.message}{': ' + why if why else ''}{where}{rid}"
 
 
 class TransportError(MemstreamError):
@@ -33,6 +39,11 @@ class TransportError(MemstreamError):
 
 class BadRequest(MemstreamError):
     """400/422: the request or an event is invalid; `details` says which field and why."""
+
+
+class InvalidRequest(BadRequest, ValueError):
+    """Refused by the client before sending: an argument or a turn the API would refuse.
+    `details` has the API's shape ({"loc", "msg", "type"}); `status` is None."""
 
 
 class AuthenticationError(MemstreamError):
@@ -68,12 +79,12 @@ class Unavailable(MemstreamError):
 
 
 class WaitTimeout(MemstreamError):
-    """504 from `wait`: the views did not reach the positions within the timeout."""
+    """`wait`: the views did not reach the positions within its timeout (the server's 504)."""
 
 
-_BY_STATUS: dict[int, type[MemstreamError]] = {400: BadRequest, 401: AuthenticationError, 403: PermissionDenied, 404: NotFound,
-                                               409: Conflict, 413: PayloadTooLarge, 422: BadRequest, 429: RateLimited,
-                                               503: Unavailable, 504: WaitTimeout}
+_BY_STATUS: dict[int, type[MemstreamError]] = {
+    400: BadRequest, 401: AuthenticationError, 403: PermissionDenied, 404: NotFound, 409: Conflict,
+    413: PayloadTooLarge, 422: BadRequest, 429: RateLimited, 503: Unavailable, 504: WaitTimeout}
 
 
 def from_response(status: int, body: Any, retry_after: float | None = None) -> MemstreamError:
@@ -86,7 +97,39 @@ def from_response(status: int, body: Any, retry_after: float | None = None) -> M
     else:
         message, code, details, request_id = f"HTTP {status}: {str(body)[:300]}", None, [], None
     cls = _BY_STATUS.get(status, MemstreamError)
-    exc = cls(message, status=status, code=code, details=details, request_id=request_id, body=body)
+    exc = cls(message, status=status, code=code, details=details if isinstance(details, list) else [details],
+              request_id=request_id, body=body)
     if isinstance(exc, (RateLimited, Unavailable)):
         exc.retry_after = retry_after
     return exc
+
+
+def location(loc: Iterable[Any]) -> str:
+    """`["body", "turns", 0, "text"]` as `body.turns[0].text`."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def describe(details: list[Any]) -> str:
+    """The first few field errors of `details`, bounded: `body.max_turns: Input should be …`.
+    Details are field errors ({"loc", "msg"}) or a publish's items ({"index", "errors": […]})."""
+    parts: list[str] = []
+    for d in details:
+        if not isinstance(d, dict):
+            continue
+        if isinstance(d.get("errors"), list) and "index" in d:  # one item of a publish
+            parts += [f"item {d['index']}: {_field(e)}" for e in d["errors"] if isinstance(e, dict)]
+        elif "msg" in d:
+            parts.append(_field(d))
+    if not parts:
+        return ""
+    more = len(parts) - _MAX_DETAILS
+    text = "; ".join(parts[:_MAX_DETAILS]) + (f" (and {more} more)" if more > 0 else "")
+    return text if len(text) <= _MAX_DETAIL_CHARS else text[: _MAX_DETAIL_CHARS - 1] + "…"
+
+
+def _field(error: dict[str, Any]) -> str:
+    where = location(error.get("loc") or [])
+    return f"{where}: {error.get('msg')}" if where else str(error.get("msg"))

@@ -101,8 +101,11 @@ class Evidence(_Result):
     rank: int
     unit_id: str
     kind: str
-    role: str = Field(description="primary | bridge | neighbour | fill: why the unit is in the evidence.")
-    score: float = Field(0.0, description="The score the strategy ranked the unit by; comparable within one result only.")
+    role: str = Field(description="Why the unit is in the evidence: primary (among the k best fused units), bridge "
+                                  "(closure: shares entities with them), neighbour (a turn next to one) or fill (the "
+                                  "ranking's next units, up to max_turns).")
+    score: float = Field(0.0, description="The score the strategy ranked the unit by (higher first); comparable within "
+                                          "one result only.")
     text: str
     conversation_id: str
     session_id: str

@@ -17,7 +17,8 @@ from memstream_client._http import as_events
 
 
 class Producer:
-    def __init__(self, bootstrap_servers: str, topic: str = "memstream.events", *, tenant_id: str, **kafka_options: Any):
+    def __init__(self, bootstrap_servers: str, topic: str = "memstream.events", *, tenant_id: str,
+                 **kafka_options: Any):
         """`topic` is memstream's event topic (MEMSTREAM_LOG_TOPIC); the producer writes to its
         `.intake` twin. `tenant_id` is put on every event that names none. `kafka_options` go to
         aiokafka's AIOKafkaProducer (security_protocol, sasl_mechanism, sasl_plain_username, …)."""
@@ -27,7 +28,8 @@ class Producer:
             raise ImportError("Producer needs aiokafka: pip install 'memstream-client[kafka]'") from exc
         self.topic = f"{topic}.intake"
         self.tenant_id = tenant_id
-        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", enable_idempotence=True, **kafka_options)
+        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", enable_idempotence=True,
+                                          **kafka_options)
 
     async def start(self) -> None:
         await self._producer.start()
@@ -49,7 +51,8 @@ class Producer:
         for event in as_events(turns):
             event.setdefault("tenant_id", self.tenant_id)
             key = f"{event['tenant_id']}/{event.get('conversation_id', '')}".encode()
-            futures.append(await self._producer.send(self.topic, json.dumps(event, ensure_ascii=False).encode(), key=key))
+            value = json.dumps(event, ensure_ascii=False).encode()
+            futures.append(await self._producer.send(self.topic, value, key=key))
         out = []
         for f in futures:
             meta = await f
