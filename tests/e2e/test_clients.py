@@ -200,6 +200,49 @@ def test_the_client_distribution_depends_on_httpx_and_pydantic_only(tmp_path):
     assert len(names) <= 12, names  # httpx, pydantic and their own few dependencies
 
 
+def test_building_and_installing_the_client_writes_nothing_into_its_source_tree(tmp_path):
+    """A wheel (pip wheel), an editable install as scripts/bootstrap.sh makes it (offline, no build
+    isolation) and an sdist installed in turn, each into a fresh virtualenv: the editable one
+    imports the source tree itself, the sdist builds, and clients/python has the same files after."""
+    source = REPO / "clients" / "python"
+
+    def files() -> set[str]:  # __pycache__ is Python importing the package, not the build
+        return {str(p.relative_to(source)) for p in source.rglob("*") if "__pycache__" not in p.parts}
+
+    before = files()
+    pip = [sys.executable, "-m", "pip"]
+    offline = ["--no-index", "--no-deps", "--no-build-isolation", "--quiet"]
+    wheel = subprocess.run([*pip, "wheel", *offline, "-w", str(tmp_path / "dist"), str(source)],
+                           capture_output=True, text=True, timeout=300)
+    assert wheel.returncode == 0, wheel.stderr
+    [built] = (tmp_path / "dist").glob("memstream_client-*.whl")
+    assert built.name == f"memstream_client-{_client_version()}-py3-none-any.whl"
+    for name, target in (("editable", ["-e", str(source)]), ("sdist", None)):
+        venv = tmp_path / name
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+        if target is None:  # the sdist, built by the backend's hook as a frontend calls it
+            out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, '_backend'); import memstream_build as b;"
+                                  f" print(b.build_sdist({str(tmp_path / 'sdist')!r}))"],
+                                 cwd=source, capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stderr
+            target = [str(tmp_path / "sdist" / out.stdout.strip())]
+        installed = subprocess.run([*pip, "--python", str(venv / "bin" / "python"), "install", *offline, *target],
+                                   capture_output=True, text=True, timeout=300)
+        assert installed.returncode == 0, installed.stderr
+        where = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib.util as u; "
+                                "print(u.find_spec('memstream_client').origin)"], capture_output=True, text=True, timeout=60)
+        origin = Path(where.stdout.strip())
+        assert (origin.is_relative_to(source / "src")) == (name == "editable"), origin
+        assert (origin.parent / "compat").is_dir() and (origin.parent / "py.typed").is_file()
+    assert files() == before, f"the build wrote {sorted(files() - before)} into {source}"
+
+
+def _client_version() -> str:
+    import tomllib
+
+    return tomllib.loads((REPO / "clients" / "python" / "pyproject.toml").read_text())["project"]["version"]
+
+
 # -- Mem0 ------------------------------------------------------------------------------------------
 QUICKSTART = '''
 from mem0 import Memory
