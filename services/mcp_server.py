@@ -56,7 +56,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import memstream_client
-from memstream_client import AsyncClient, AuthenticationError, MemstreamError, RateLimited, RetryPolicy, Turn
+from memstream_client import (AsyncClient, AuthenticationError, BadRequest, MemstreamError, RateLimited, RetryPolicy,
+                              TransportError, Turn, WaitTimeout)
 from memstream_client.models import AnswerResult, Evidence
 from schemas.errors import ConfigurationError
 from schemas.events import TENANT_PATTERN, Identifier
@@ -75,6 +76,8 @@ MaxTurns = Annotated[int, Field(ge=1, le=200, description=(
     "The results' limit: evidence units are added in rank order until they hold this many distinct turns "
     "(the last unit may be cut)."))]
 Wait = Annotated[float, Field(ge=0, le=300)]
+Positions = Annotated[dict[Annotated[str, Field(pattern=r"^[0-9]{1,9}$")], Annotated[int, Field(ge=0)]], Field(
+    description="partition -> offset, as add_memory or forget_memory returned them.")]
 
 
 def version() -> str:
@@ -221,6 +224,15 @@ def _error_text(status: int | None, code: str, message: str, details: Iterable[A
     return json.dumps({"error": error}, default=str, ensure_ascii=False)
 
 
+def _client_code(exc: MemstreamError) -> str:
+    """An error code for what the client raised without an answer of the API carrying one."""
+    if isinstance(exc, TransportError):
+        return "unavailable"
+    if isinstance(exc, WaitTimeout):
+        return "timeout"
+    return "invalid_request" if isinstance(exc, BadRequest) else "client_error"
+
+
 def invalid_arguments(tool: str, details: list[dict[str, Any]]) -> ToolError:
     """An argument error naming each field and its rule, shaped like the API's 422."""
     problems = "; ".join(f"{'.'.join(map(str, d['loc'])) or 'arguments'}: {d['msg']}" for d in details)
@@ -334,7 +346,7 @@ def build_server(url: str | None = None, api_key: str | None = None) -> MCPServe
         try:
             return await fn(client)
         except MemstreamError as exc:  # the API's one error shape, as the tool error's text (plus the HTTP status)
-            raise ToolError(_error_text(exc.status, exc.code or "unavailable", exc.message, exc.details,
+            raise ToolError(_error_text(exc.status, exc.code or _client_code(exc), exc.message, exc.details,
                                         exc.request_id)) from None
 
     async def add_memory(
@@ -363,7 +375,7 @@ def build_server(url: str | None = None, api_key: str | None = None) -> MCPServe
 
         return _result(await call(ctx, run))
 
-    async def wait_for_memory(positions: dict[str, int], ctx: Context, timeout_seconds: Wait = 30.0) -> bool:
+    async def wait_for_memory(positions: Positions, ctx: Context, timeout_seconds: Wait = 30.0) -> bool:
         """Wait until every view has processed up to `positions` (from add_memory or forget_memory)."""
         return await call(ctx, lambda c: c.wait({int(p): o for p, o in positions.items()}, timeout_seconds))
 
