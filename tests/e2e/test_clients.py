@@ -1,8 +1,9 @@
 """Agent integration against one real `memstream serve` process (embedded, real models): the Python
-client (blocking, asyncio, batching, retries through a connection that breaks after the server
-committed), the Mem0-compatible surface (Mem0's quick-start program with only its import
-changed), the MCP server over stdio and streamable HTTP with the SDK's own client, and the
-TypeScript client's tests (Node's test runner)."""
+client (blocking, asyncio, batching, waits longer than its HTTP timeout, retries through a
+connection that breaks after the server committed, its distribution and build), the Mem0-compatible
+surface (Mem0's quick-start program with only its import changed; its other documented programs
+are in test_mem0_usage.py), the MCP server over stdio and streamable HTTP with the SDK's own
+client, and the TypeScript client's tests (Node's test runner)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
-from memstream_client import AsyncClient, Attachment, AuthenticationError, BadRequest, Client, PermissionDenied, Turn
+from memstream_client import (AsyncClient, Attachment, AuthenticationError, BadRequest, Client, PermissionDenied, Turn,
+                              WaitTimeout)
 from tests.e2e.conftest import OTHER, TENANT
 from tests.integration import servers
 
@@ -29,15 +32,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _turns(conversation: str, texts: list[str], **kw) -> list[Turn]:
-    return [Turn(conversation_id=conversation, speaker="Ada" if i % 2 == 0 else "Bo", text=t, turn_index=i, **kw) for i, t in enumerate(texts)]
+    return [Turn(conversation_id=conversation, speaker="Ada" if i % 2 == 0 else "Bo", text=t, turn_index=i, **kw)
+            for i, t in enumerate(texts)]
 
 
 # -- the Python client ----------------------------------------------------------------------------
 def test_the_client_adds_waits_searches_reads_back_forgets_and_says_why_it_is_refused(served):
     with Client(served.url, served.keys["writer"]) as ms:
-        turns = _turns("trip", ["My sister Grace breeds Icelandic horses near Akureyri.", "We should visit her farm in July.",
+        turns = _turns("trip", ["My sister Grace breeds Icelandic horses near Akureyri.",
+                                "We should visit her farm in July.",
                                 "I booked the ferry to the Westman Islands for the 14th."])
-        turns[0] = turns[0].model_copy(update={"metadata": {"channel": "chat"}, "attachments": [Attachment(kind="image_caption", text="a grey horse")]})
+        turns[0] = turns[0].model_copy(update={"metadata": {"channel": "chat"},
+                                               "attachments": [Attachment(kind="image_caption", text="a grey horse")]})
         added = ms.add(turns)
         assert added.accepted == 3 and added.rejected == 0 and added.positions
         assert ms.wait(added.positions, 120) is True
@@ -45,11 +51,13 @@ def test_the_client_adds_waits_searches_reads_back_forgets_and_says_why_it_is_re
         hit = [t for e in found.evidence for t in e.turns if "Icelandic horses" in t.text]
         assert hit and hit[0].event_id == turns[0].event_id and hit[0].partition >= 0 and found.llm_tokens == 0
         stored = ms.get_turn(turns[0].event_id)
-        assert stored.metadata == {"channel": "chat"} and stored.attachments[0]["text"] == "a grey horse" and stored.conversation_id == "trip"
+        assert stored.metadata == {"channel": "chat"} and stored.attachments[0]["text"] == "a grey horse"
+        assert stored.conversation_id == "trip"
         first = ms.list_turns(conversation_id="trip", limit=2)
         assert len(first.turns) == 2 and first.next_cursor
         rest = ms.list_turns(conversation_id="trip", limit=2, cursor=first.next_cursor)
-        assert [t.event_id for t in first.turns + rest.turns] == [t.event_id for t in turns] and rest.next_cursor is None
+        assert [t.event_id for t in first.turns + rest.turns] == [t.event_id for t in turns]
+        assert rest.next_cursor is None
         assert [e["event_id"] for e in ms.export(conversation_id="trip")] == [t.event_id for t in turns]
         assert ms.status().caught_up
         with pytest.raises(BadRequest, match="no reader is configured"):
@@ -68,7 +76,8 @@ def test_the_client_adds_waits_searches_reads_back_forgets_and_says_why_it_is_re
         assert not [t for e in again.evidence for t in e.turns if "Icelandic" in t.text]
     with Client(served.url, served.keys["reader"]) as reader, pytest.raises(PermissionDenied):
         reader.add(_turns("trip", ["a reader may not write"]))
-    with Client(served.url, "msk_0000000000000000_" + "x" * 43) as nobody, pytest.raises(AuthenticationError) as refused:
+    with Client(served.url, "msk_0000000000000000_" + "x" * 43) as nobody, \
+            pytest.raises(AuthenticationError) as refused:
         nobody.status()
     assert refused.value.status == 401 and refused.value.request_id
 
@@ -76,7 +85,8 @@ def test_the_client_adds_waits_searches_reads_back_forgets_and_says_why_it_is_re
 def test_the_async_client_does_the_same(served):
     async def run():
         async with AsyncClient(served.url, served.keys["writer"]) as ms:
-            added = await ms.add(_turns("async-trip", ["The violin lessons are on Thursdays at five.", "Bring the rosin."]))
+            added = await ms.add(_turns("async-trip", ["The violin lessons are on Thursdays at five.",
+                                                       "Bring the rosin."]))
             assert await ms.wait(added.positions, 120)
             found = await ms.search("When are the violin lessons?", conversation_id="async-trip")
             assert any("Thursdays" in t.text for e in found.evidence for t in e.turns)
@@ -90,6 +100,60 @@ def test_the_async_client_does_the_same(served):
             assert [e async for e in ms.export(conversation_id="async-trip")] == []
 
     asyncio.run(run())
+
+
+class _CountingTransport(httpx.HTTPTransport):
+    def __init__(self):
+        super().__init__()
+        self.waits = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.waits += request.url.path == "/v1/wait"
+        return super().handle_request(request)
+
+
+class _AsyncCountingTransport(httpx.AsyncHTTPTransport):
+    def __init__(self):
+        super().__init__()
+        self.waits = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.waits += request.url.path == "/v1/wait"
+        return await super().handle_async_request(request)
+
+
+def test_a_wait_longer_than_the_http_timeout_ends_on_time_as_wait_timeout(served):
+    """Scaled down from a 40 s wait with the 30 s default: a 2 s HTTP timeout and a 5 s wait on
+    positions never reached end after about 5 s in WaitTimeout (the server's 504), in one request —
+    no read timeout, no retry — from the blocking and the asyncio client at once."""
+    never, outcome = {0: 10**9}, {}
+    blocking_transport, async_transport = _CountingTransport(), _AsyncCountingTransport()
+
+    def blocking() -> None:
+        t0 = time.monotonic()
+        with Client(served.url, served.keys["writer"], timeout=2, transport=blocking_transport) as ms:
+            try:
+                ms.wait(never, timeout=5)
+            except Exception as exc:  # noqa: BLE001 - checked below, in the test's thread
+                outcome["blocking"] = (exc, time.monotonic() - t0)
+
+    async def asyncio_client() -> tuple[Exception, float]:
+        t0 = time.monotonic()
+        async with AsyncClient(served.url, served.keys["writer"], timeout=2, transport=async_transport) as ms:
+            try:
+                await ms.wait(never, timeout=5)
+            except Exception as exc:  # noqa: BLE001
+                return exc, time.monotonic() - t0
+        raise AssertionError("the wait returned")
+
+    thread = threading.Thread(target=blocking)
+    thread.start()
+    outcome["asyncio"] = asyncio.run(asyncio_client())
+    thread.join(30)
+    for name, (exc, took) in outcome.items():
+        assert isinstance(exc, WaitTimeout) and (exc.status, exc.code) == (504, "timeout"), (name, exc)
+        assert 4.5 <= took < 8, (name, took)
+    assert len(outcome) == 2 and blocking_transport.waits == async_transport.waits == 1
 
 
 class BreakingProxy:
@@ -113,7 +177,8 @@ class BreakingProxy:
                 return data
             data += chunk
         head, _, body = data.partition(b"\r\n\r\n")
-        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0)
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
         while len(body) < length:
             chunk = conn.recv(65536)
             if not chunk:
@@ -181,8 +246,9 @@ def test_the_client_distribution_depends_on_httpx_and_pydantic_only(tmp_path):
     """The built wheel's dependencies, resolved in a fresh virtualenv (not this one) from the
     wheels the install step keeps (or the package index when there are none)."""
     dist = tmp_path / "dist"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", str(dist),
-                            str(REPO / "clients" / "python")], capture_output=True, text=True, timeout=300)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+                            "-w", str(dist), str(REPO / "clients" / "python")], capture_output=True, text=True,
+                           timeout=300)
     assert built.returncode == 0, built.stderr
     [wheel] = dist.glob("memstream_client-*.whl")
     venv = tmp_path / "venv"
@@ -190,8 +256,8 @@ def test_the_client_distribution_depends_on_httpx_and_pydantic_only(tmp_path):
     wheels = Path(os.environ.get("MEMSTREAM_CACHE", Path.home() / ".cache" / "memstream")) / "wheels"
     source = ["--no-index", "--find-links", str(wheels)] if any(wheels.glob("httpx-*.whl")) else []
     report = tmp_path / "report.json"
-    out = subprocess.run([str(venv / "bin" / "pip"), "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
-                          *source, str(wheel)], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([str(venv / "bin" / "pip"), "install", "--dry-run", "--ignore-installed", "--quiet",
+                          "--report", str(report), *source, str(wheel)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     names = {item["metadata"]["name"].lower().replace("_", "-") for item in json.loads(report.read_text())["install"]}
     assert {"memstream-client", "httpx", "pydantic"} <= names
@@ -221,19 +287,20 @@ def test_building_and_installing_the_client_writes_nothing_into_its_source_tree(
         venv = tmp_path / name
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
         if target is None:  # the sdist, built by the backend's hook as a frontend calls it
-            out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, '_backend'); import memstream_build as b;"
-                                  f" print(b.build_sdist({str(tmp_path / 'sdist')!r}))"],
-                                 cwd=source, capture_output=True, text=True, timeout=120)
+            hook = ("import sys; sys.path.insert(0, '_backend'); import memstream_build as b; "
+                    f"print(b.build_sdist({str(tmp_path / 'sdist')!r}))")
+            out = subprocess.run([sys.executable, "-c", hook], cwd=source, capture_output=True, text=True, timeout=120)
             assert out.returncode == 0, out.stderr
             target = [str(tmp_path / "sdist" / out.stdout.strip())]
         installed = subprocess.run([*pip, "--python", str(venv / "bin" / "python"), "install", *offline, *target],
                                    capture_output=True, text=True, timeout=300)
         assert installed.returncode == 0, installed.stderr
         where = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib.util as u; "
-                                "print(u.find_spec('memstream_client').origin)"], capture_output=True, text=True, timeout=60)
+                                "print(u.find_spec('memstream_client').origin)"],
+                               capture_output=True, text=True, timeout=60)
         origin = Path(where.stdout.strip())
         assert (origin.is_relative_to(source / "src")) == (name == "editable"), origin
-        assert (origin.parent / "compat").is_dir() and (origin.parent / "py.typed").is_file()
+        assert (origin.parent / "compat" / "mem0" / "plans.py").is_file() and (origin.parent / "py.typed").is_file()
     assert files() == before, f"the build wrote {sorted(files() - before)} into {source}"
 
 
@@ -267,7 +334,8 @@ print(chat_with_memories("Which food am I allergic to?", user_id="alice"))
 def test_mem0s_quick_start_runs_with_only_its_import_changed(served, tmp_path):
     program = tmp_path / "quickstart.py"
     program.write_text(QUICKSTART.replace("from mem0 import Memory", "from memstream_client.compat.mem0 import Memory"))
-    assert QUICKSTART.replace("from mem0 import Memory", "") == program.read_text().replace("from memstream_client.compat.mem0 import Memory", "")
+    ours = "from memstream_client.compat.mem0 import Memory"
+    assert QUICKSTART.replace("from mem0 import Memory", "") == program.read_text().replace(ours, "")
     env = {**os.environ, "MEMSTREAM_URL": served.url, "MEMSTREAM_API_KEY": served.keys["writer"]}
     out = subprocess.run([sys.executable, str(program)], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -278,7 +346,8 @@ def test_the_mem0_surface_updates_keeps_history_and_deletes(served):
     from memstream_client.compat.mem0 import AsyncMemory, Memory
 
     m = Memory({"url": served.url, "api_key": served.keys["writer"]})
-    added = m.add([{"role": "user", "content": "My favourite colour is green."}, {"role": "system", "content": "be brief"}],
+    added = m.add([{"role": "user", "content": "My favourite colour is green."},
+                   {"role": "system", "content": "be brief"}],
                   user_id="bob", run_id="s1", metadata={"topic": "colours"})
     [item] = added["results"]  # the system message is not memory
     assert item["event"] == "ADD" and item["memory"] == "My favourite colour is green."
@@ -293,7 +362,8 @@ def test_the_mem0_surface_updates_keeps_history_and_deletes(served):
     assert not [r for r in found if "green" in r["memory"] or "blue" in r["memory"]]
     history = m.history(item["id"])
     assert [(h["event"], h["old_memory"], h["new_memory"]) for h in history] == [
-        ("ADD", None, "My favourite colour is green."), ("UPDATE", "My favourite colour is green.", "My favourite colour is blue."),
+        ("ADD", None, "My favourite colour is green."),
+        ("UPDATE", "My favourite colour is green.", "My favourite colour is blue."),
         ("UPDATE", "My favourite colour is blue.", "My favourite colour is purple.")]
     assert [r["id"] for r in m.get_all(filters={"user_id": "bob"})["results"]] == [item["id"]]
     with pytest.raises(ValueError, match="filters"):
@@ -301,7 +371,8 @@ def test_the_mem0_surface_updates_keeps_history_and_deletes(served):
     with pytest.raises(ValueError):
         m.delete_all()
     assert m.delete(item["id"]) == {"message": "Memory deleted successfully!"}
-    assert m.get(item["id"]) is None and m.history(item["id"]) == [] and m.get_all(filters={"user_id": "bob"})["results"] == []
+    assert m.get(item["id"]) is None and m.history(item["id"]) == []
+    assert m.get_all(filters={"user_id": "bob"})["results"] == []
 
     async def run():
         am = AsyncMemory({"url": served.url, "api_key": served.keys["writer"]})
