@@ -230,7 +230,9 @@ def test_results_carry_what_is_stored_and_scores_from_the_evidence(served):
     assert found[0]["score_details"]["role"] == "primary"
     clerks = m.search("passport", filters={"user_id": dana, "agent_id": "clerk"})["results"]
     assert [r["id"] for r in clerks] == [theirs["id"]]
-    assert m.search("passport", filters={"user_id": dana}, top_k=1)["results"][0]["id"] == found[0]["id"]
+    for limit in ({"top_k": 1}, {"limit": 1}):  # limit: Mem0 1.x's name, onto max_turns as top_k
+        first = m.search("passport", filters={"user_id": dana}, **limit)["results"]
+        assert [r["id"] for r in first] == [found[0]["id"]]
     m.update(mine["id"], metadata={"n": 3})  # merged into the stored metadata, as Mem0 merges
     assert m.get(mine["id"])["metadata"] == {"topic": "documents", "n": 3}
     m.close()

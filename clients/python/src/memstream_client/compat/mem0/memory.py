@@ -48,6 +48,7 @@ def _add(config: Config, messages, user_id, agent_id, run_id, metadata, timestam
 
 def _get_all(filters, top_k, kwargs) -> Plan[dict]:
     _no_top_level_ids(kwargs, "get_all")
+    top_k = kwargs.pop("limit", top_k)  # Mem0 1.x's name for top_k
     found, _ = yield from plans.get_all(parse(filters), check_top_k(top_k), platform=False)
     return {"results": found}
 
@@ -58,7 +59,7 @@ def _search(config: Config, query, top_k, filters, threshold, explain, reference
                               "latest turn (mem0ai's open-source Memory refuses it too)")
     _no_top_level_ids(kwargs, "search")
     check_threshold(threshold)
-    top_k = check_top_k(top_k)
+    top_k = check_top_k(kwargs.pop("limit", top_k))  # Mem0 1.x's name for top_k
     query = check_query(query)
     return {"results": (yield from plans.search(config, query, parse(filters), top_k, False, explain))}
 
@@ -134,9 +135,9 @@ class Memory:
     def search(self, query: str, *, top_k: int = 20, filters: Optional[Dict[str, Any]] = None, threshold: float = 0.1,
                rerank: bool = False, explain: bool = False, reference_date: Optional[Any] = None,
                show_expired: bool = False, **kwargs):
-        """memstream's retrieval in the boundary `filters` names, at most `top_k` memories (its
-        `max_turns`), each with its evidence unit's `score`; `threshold` is not applied (package
-        docstring), `rerank` changes nothing, `explain` adds `score_details`."""
+        """memstream's retrieval in the boundary `filters` names, at most `top_k` (or Mem0 1.x's
+        `limit`) memories — its `max_turns` — each with its evidence unit's `score`; `threshold` is
+        not applied (package docstring), `rerank` changes nothing, `explain` adds `score_details`."""
         return self._run(_search(self._config, query, top_k, filters, threshold, explain, reference_date, kwargs))
 
     def update(self, memory_id, text: Optional[str] = None, metadata: Optional[Dict[str, Any]] = None,

@@ -106,11 +106,12 @@ def _get_all(options: Any, kwargs: dict[str, Any]) -> Plan[dict]:
 def _search(config: Config, query, options: Any, kwargs: dict[str, Any]) -> Plan[dict]:
     _no_top_level_entities(kwargs, "search")
     o = _merged(options, kwargs, "search", {
-        "filters", "metadata", "top_k", "rerank", "threshold", "fields", "categories", "show_expired",
+        "filters", "metadata", "top_k", "limit", "rerank", "threshold", "fields", "categories", "show_expired",
         "reference_date", "latest_only", "keyword_search"})
     refuse(categories=o.get("categories"), reference_date=o.get("reference_date"))
     check_threshold(o.get("threshold"))
-    top_k = None if o.get("top_k") is None else check_top_k(o["top_k"])
+    top_k = o.get("top_k", o.get("limit"))  # limit: Mem0 1.x's name for it
+    top_k = None if top_k is None else check_top_k(top_k)
     flt = parse(o.get("filters"), platform=True, require_id=False)
     if o.get("metadata"):
         flt = _and(flt, parse({"metadata": o["metadata"]}, platform=True, require_id=False))
