@@ -122,12 +122,21 @@ class WaitServer:
         return response
 
 
-def test_a_waits_request_reads_for_the_wait_plus_a_margin_whatever_the_clients_timeout():
+@pytest.mark.parametrize("timeout", [0.2, httpx.Timeout(0.2, connect=1.0)])
+def test_a_waits_request_reads_for_the_wait_plus_a_margin_whatever_the_clients_timeout(timeout):
     server = WaitServer()
-    with _client(server, timeout=0.2) as ms, pytest.raises(WaitTimeout):
+    with _client(server, timeout=timeout) as ms, pytest.raises(WaitTimeout):
         ms.wait({0: 10}, timeout=0.6)
     assert server.asked == [pytest.approx(0.6, abs=0.05)]  # one request: the wait that ran out is not retried
     assert server.read_timeouts[0] >= 0.6 + _http.WAIT_MARGIN - 0.05
+
+    def status(request: httpx.Request) -> httpx.Response:
+        server.read_timeouts.append(request.extensions["timeout"]["read"])
+        return httpx.Response(200, json={"views": []})
+
+    with _client(status, timeout=timeout) as ms:
+        ms.status()
+    assert server.read_timeouts[-1] == 0.2  # every other request keeps the client's timeout
 
 
 def test_a_long_wait_is_several_requests_and_ends_on_time(monkeypatch):

@@ -236,7 +236,7 @@ class Settings:
 
     url: str | None = None
     api_key: str | None = None
-    timeout: float | None = 30.0
+    timeout: float | httpx.Timeout | None = 30.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -268,15 +268,18 @@ def transport_error(exc: Exception, url: str) -> errors.TransportError:
     return errors.TransportError(f"could not reach memstream at {url}: {type(exc).__name__}: {exc}")
 
 
-def request_kwargs(call: Call, timeout: float | None) -> dict[str, Any]:
-    """httpx's arguments for `call` on a client whose timeout is `timeout` seconds."""
+def request_kwargs(call: Call, timeout: float | httpx.Timeout | None) -> dict[str, Any]:
+    """httpx's arguments for `call` on a client whose timeout is `timeout` (seconds or httpx's)."""
     kwargs: dict[str, Any] = {}
     if call.json is not None:
         kwargs["json"] = call.json
     if call.params:
         kwargs["params"] = call.params
-    if call.read_timeout is not None and timeout is not None and call.read_timeout > timeout:
-        kwargs["timeout"] = httpx.Timeout(timeout, read=call.read_timeout)
+    if call.read_timeout is not None and timeout is not None:
+        base = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        if base.read is not None and call.read_timeout > base.read:
+            kwargs["timeout"] = httpx.Timeout(connect=base.connect, read=call.read_timeout, write=base.write,
+                                              pool=base.pool)
     return kwargs
 
 

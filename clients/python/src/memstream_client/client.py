@@ -63,7 +63,8 @@ class Client:
     every request but `wait`'s, which lasts as long as the wait."""
 
     def __init__(self, url: str | None = None, api_key: str | None = None, *, tenant_id: str | None = None,
-                 timeout: float | None = 30.0, retry: RetryPolicy | None = None, headers: dict[str, str] | None = None,
+                 timeout: float | httpx.Timeout | None = 30.0,
+                 retry: RetryPolicy | None = None, headers: dict[str, str] | None = None,
                  transport: httpx.BaseTransport | None = None):
         self._settings = Settings(url, api_key, timeout, retry or RetryPolicy(), dict(headers or {}))
         self.url, headers_ = self._settings.resolved()
@@ -200,7 +201,8 @@ class AsyncClient:
     """The asyncio twin of `Client` (same arguments, same methods as coroutines)."""
 
     def __init__(self, url: str | None = None, api_key: str | None = None, *, tenant_id: str | None = None,
-                 timeout: float | None = 30.0, retry: RetryPolicy | None = None, headers: dict[str, str] | None = None,
+                 timeout: float | httpx.Timeout | None = 30.0,
+                 retry: RetryPolicy | None = None, headers: dict[str, str] | None = None,
                  transport: httpx.AsyncBaseTransport | None = None):
         self._settings = Settings(url, api_key, timeout, retry or RetryPolicy(), dict(headers or {}))
         self.url, headers_ = self._settings.resolved()
