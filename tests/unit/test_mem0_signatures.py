@@ -25,7 +25,7 @@ MEM0_SHA256 = "fe91bb91ac8926231993a4aa58df00a60c6c74c709e6a338fe399500776eef4d"
 METHODS = ("__init__", "from_config", "add", "search", "get", "get_all", "update", "delete", "delete_all", "history",
            "reset")
 # The platform clients' memory operations; their exports, profiles, webhooks, feedback and project
-# settings are Mem0's hosted services, not memory, and are not offered (the README says so).
+# settings are Mem0's hosted services, not memory: not offered (compat/mem0/platform.py says so).
 CLIENT_METHODS = ("__init__", "add", "search", "get", "get_all", "update", "delete", "delete_all", "history", "reset",
                   "users", "delete_users", "batch_update", "batch_delete")
 

@@ -10,6 +10,12 @@ Config memstream has no use for — those steering an LLM's extraction or the re
 `rerank`, `threshold`, `show_expired`, `latest_only`, `keyword_search` — change nothing; options
 that would change what is kept or returned (`expiration_date`, `app_id`, `categories`,
 `reference_date`) raise NotSupported; any other name raises ValidationError naming it.
+
+Only the memory operations are offered: the platform's other services (exports, summaries,
+profiles, project settings, webhooks, feedback, chat) have no counterpart here, and `users()`
+raises NotSupported (memstream does not list entities). `reset()` and `delete_users()` without an
+id forget the whole tenant, which needs an admin key — and an admin key must name a tenant, which
+this constructor cannot: use `Memory({"tenant_id": …})` or `memstream forget` for that.
 """
 
 from __future__ import annotations
