@@ -2,15 +2,14 @@
 client (blocking, asyncio, batching, waits longer than its HTTP timeout, retries through a
 connection that breaks after the server committed, its distribution and build), the Mem0-compatible
 surface (Mem0's quick-start program with only its import changed; its other documented programs
-are in test_mem0_usage.py), the MCP server over stdio and streamable HTTP with the SDK's own
-client, and the TypeScript client's tests (Node's test runner)."""
+are in test_mem0_usage.py). The MCP server has tests/e2e/test_mcp.py, the TypeScript client
+tests/e2e/test_typescript_client.py."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -385,124 +384,3 @@ def test_the_mem0_surface_updates_keeps_history_and_deletes(served):
         await am.aclose()
 
     asyncio.run(run())
-
-
-# -- MCP -------------------------------------------------------------------------------------------
-async def _mcp_round_trip(session, other_key_error) -> None:
-    """List tools, add, wait, search and find, forget, search and not find; refusals as tool errors."""
-    await session.initialize()
-    tools = {t.name: t for t in (await session.list_tools()).tools}
-    assert {"add_memory", "search_memory", "answer_question", "forget_memory", "memory_status", "wait_for_memory"} <= set(tools)
-    assert tools["search_memory"].input_schema["required"] == ["question"] and tools["search_memory"].output_schema
-    conversation = f"mcp-{os.getpid()}-{time.monotonic_ns()}"
-    added = await session.call_tool("add_memory", {"conversation_id": conversation, "wait_seconds": 120, "turns": [
-        {"speaker": "Ada", "text": "The spare key is under the blue flowerpot by the back door."},
-        {"speaker": "Bo", "text": "Thanks, I will water the tomatoes too."}]})
-    assert not added.is_error, added.content
-    assert added.structured_content["accepted"] == 2 and added.structured_content["ready"] is True
-    found = await session.call_tool("search_memory", {"question": "Where is the spare key?", "conversation_id": conversation})
-    assert not found.is_error, found.content
-    turns = [t for e in found.structured_content["evidence"] for t in e["turns"]]
-    key_turn = [t for t in turns if "flowerpot" in t["text"]]
-    assert key_turn and {"event_id", "partition", "offset", "session_date", "speaker"} <= set(key_turn[0]) and key_turn[0]["speaker"] == "Ada"
-    status = await session.call_tool("memory_status", {})
-    assert not status.is_error and {v["view"] for v in status.structured_content["views"]} == {"hierarchy", "lexical", "dense", "graph"}
-    answer = await session.call_tool("answer_question", {"question": "Where is the spare key?"})
-    assert answer.is_error and "no reader is configured" in answer.content[0].text
-    forgot = await session.call_tool("forget_memory", {"conversation_id": conversation, "wait_seconds": 120})
-    assert not forgot.is_error and forgot.structured_content["complete"] is True
-    again = await session.call_tool("search_memory", {"question": "Where is the spare key?", "conversation_id": conversation})
-    assert not again.is_error and not [t for e in again.structured_content["evidence"] for t in e["turns"] if "flowerpot" in t["text"]]
-    # refusals come back as tool errors, and the server lives on
-    other = await session.call_tool("search_memory", {"question": "anything", "tenant_id": OTHER})
-    assert other.is_error and json.loads(other.content[0].text.split(": ", 1)[1])["error"]["status"] == 403, other.content
-    bad = await session.call_tool("search_memory", {"question": "", "max_turns": 10_000})
-    assert bad.is_error
-    bad = await session.call_tool("add_memory", {"conversation_id": conversation, "turns": []})
-    assert bad.is_error
-    assert not (await session.call_tool("memory_status", {})).is_error
-    await other_key_error()
-
-
-def test_the_mcp_server_over_stdio(served):
-    from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
-
-    def params(key: str) -> StdioServerParameters:
-        return StdioServerParameters(command=str(BIN), args=["mcp", "--transport", "stdio", "--url", served.url],
-                                     env={**os.environ, "MEMSTREAM_API_KEY": key})
-
-    async def bad_key() -> None:
-        async with stdio_client(params("msk_0000000000000000_" + "y" * 43)) as (read, write), ClientSession(read, write) as s:
-            await s.initialize()
-            r = await s.call_tool("memory_status", {})
-            assert r.is_error and "401" in r.content[0].text
-
-    async def run():
-        async with stdio_client(params(served.keys["writer"])) as (read, write), ClientSession(read, write) as session:
-            await _mcp_round_trip(session, bad_key)
-
-    asyncio.run(run())
-
-
-def test_the_mcp_server_over_streamable_http(served, tmp_path):
-    import httpx
-    import httpx2
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
-    [port] = servers.free_ports(1)
-    log = tmp_path / "mcp.log"
-    proc = subprocess.Popen([str(BIN), "mcp", "--transport", "http", "--port", str(port), "--url", served.url],
-                            env={k: v for k, v in os.environ.items() if k != "MEMSTREAM_API_KEY"}, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    endpoint = f"http://127.0.0.1:{port}/mcp"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.2)
-        # a page of another origin may not call it (DNS rebinding / cross-site), a loopback one may
-        hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-        assert httpx.post(endpoint, json=hello, headers={**headers, "Origin": "http://evil.example"}).status_code == 403
-        assert httpx.post(endpoint, json=hello, headers={**headers, "Host": "evil.example"}).status_code == 421
-
-        def session_for(key: str):
-            return httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=180)
-
-        async def bad_key() -> None:
-            async with session_for("msk_0000000000000000_" + "z" * 43) as http, \
-                    streamable_http_client(endpoint, http_client=http) as (read, write), ClientSession(read, write) as s:
-                await s.initialize()
-                r = await s.call_tool("memory_status", {})
-                assert r.is_error and "401" in r.content[0].text
-
-        async def run():
-            async with session_for(served.keys["writer"]) as http, \
-                    streamable_http_client(endpoint, http_client=http) as (read, write), ClientSession(read, write) as session:
-                await _mcp_round_trip(session, bad_key)
-
-        asyncio.run(run())
-        assert proc.poll() is None, "the MCP server died"
-    finally:
-        proc.terminate()
-        proc.wait(30)
-    assert served.keys["writer"] not in log.read_text()
-
-
-# -- TypeScript ------------------------------------------------------------------------------------
-def test_the_typescript_client_against_the_live_server(served):
-    ts = REPO / "clients" / "typescript"
-    if shutil.which("npm") is None or not (ts / "node_modules" / "typescript").is_dir():
-        if os.environ.get("CI", "").lower() in ("1", "true"):
-            pytest.fail("the TypeScript client's packages are not installed (scripts/test.sh runs npm ci in clients/typescript)")
-        pytest.skip("TYPESCRIPT CLIENT NOT TESTED: run `npm ci` in clients/typescript (scripts/test.sh does)")
-    env = {**os.environ, "MEMSTREAM_TEST_URL": served.url, "MEMSTREAM_TEST_KEY": served.keys["writer"], "MEMSTREAM_TEST_OTHER_TENANT": OTHER}
-    out = subprocess.run(["npm", "test", "--silent"], cwd=ts, env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "# pass 2" in out.stdout and "# fail 0" in out.stdout, out.stdout[-3000:]
