@@ -149,6 +149,8 @@ class ApiSettings(BaseSettings):
     max_batch: int = Field(10_000, description="Most events accepted in one POST /v1/events.")
     max_body_bytes: int = Field(64 * 1024 * 1024, description="Largest POST /v1/events body.")
     max_request_bytes: int = Field(1024 * 1024, description="Largest body of every other request.")
+    max_wait_seconds: float = Field(300.0, gt=0, le=300, description="Longest POST /v1/wait a request may ask for (keep it under "
+                                    "the idle timeout of any proxy in front of the API).")
     rate_limit_per_second: float = Field(100.0, ge=0, description="Requests per second per key, per replica (0: no limit).")
     rate_limit_burst: float = Field(200.0, ge=1, description="Requests a key may send at once before the rate applies.")
     max_backlog: int = Field(20_000, ge=0, description="Events the views may be behind before POST /v1/events answers 429 "

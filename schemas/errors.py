@@ -9,10 +9,15 @@ from __future__ import annotations
 
 
 class MemstreamError(Exception):
-    """Root of every error memstream raises on purpose."""
+    """Root of every error memstream raises on purpose. `errors`: the details an API error body
+    carries, per field ({"loc": [...], "msg": str, "type": str}) or per item of a batch."""
 
     code = "memstream_error"
     http_status = 500
+
+    def __init__(self, message: str = "", errors: list[dict] | None = None):
+        super().__init__(message)
+        self.errors = errors or []
 
 
 class ConfigurationError(MemstreamError):
@@ -31,10 +36,6 @@ class InvalidEvent(MemstreamError):
     code = "invalid_event"
     http_status = 422
 
-    def __init__(self, message: str, errors: list[dict] | None = None):
-        super().__init__(message)
-        self.errors = errors or []
-
 
 class BadRequest(MemstreamError):
     code = "bad_request"
@@ -51,6 +52,12 @@ class TransientError(MemstreamError):
 
     code = "transient_error"
     http_status = 503
+
+
+class LogUnavailable(TransientError):
+    """The event log took nothing of a publish: retry it (event ids make a retry harmless)."""
+
+    code = "unavailable"
 
 
 class LogError(MemstreamError):
@@ -125,6 +132,33 @@ class InvalidRequest(MemstreamError):
 
     code = "invalid_request"
     http_status = 422
+
+
+class InvalidCursor(BadRequest):
+    """A listing's cursor that this API did not give out (forged, truncated, from another listing)."""
+
+    code = "invalid_cursor"
+
+
+class Conflict(MemstreamError):
+    """The request is well formed, but the thing it names is in a state that does not allow it
+    (e.g. rotating a revoked key)."""
+
+    code = "conflict"
+    http_status = 409
+
+
+class Forgotten(Conflict):
+    """Every event of a publish was forgotten before: a forgotten event id is refused forever."""
+
+    code = "forgotten"
+
+
+class Timeout(MemstreamError):
+    """What the request waits for did not happen within its timeout (POST /v1/wait)."""
+
+    code = "timeout"
+    http_status = 504
 
 
 class Ambiguous(MemstreamError):

@@ -14,18 +14,34 @@ from datetime import datetime, timezone
 from typing import Annotated, Any, Callable, Literal, Union
 
 from pydantic import (
-    AwareDatetime,
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     TypeAdapter,
     ValidationError,
-    field_validator,
+    WithJsonSchema,
     model_validator,
 )
 
 from schemas import safejson
 from schemas.errors import InvalidEvent
+from schemas.rules import (
+    FROM_LOG,
+    HAS_CONTENT,
+    ID_PATTERN,
+    NAME_PATTERN,
+    TENANT_PATTERN,
+    YEAR_MAX,
+    YEAR_MIN,
+    Id,
+    Integral,
+    SafeInt,
+    Time,
+    bounded_utc,
+    check_speaker,
+    has_content,
+)
 
 # Limits are part of the contract (they are in the JSON Schema too). They keep one record well
 # under Kafka's default 1 MB message size and keep encoder/NER cost per turn bounded.
@@ -35,36 +51,20 @@ MAX_ATTACHMENT_CHARS = 16_000
 MAX_METADATA_KEYS = 64
 MAX_ENCODED_BYTES = 512 * 1024
 
-# Tenants end up in index/collection names on the servers: keep them lowercase and simple.
-TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-# Conversation, session, agent and event ids: printable, no surrounding whitespace.
-ID_PATTERN = r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]{0,198}[^\s\x00-\x1f\x7f])?$"
-
 TenantId = Annotated[str, Field(pattern=TENANT_PATTERN, description="Tenant the record belongs to.")]
-Identifier = Annotated[str, Field(pattern=ID_PATTERN, min_length=1, max_length=200)]
-MetadataValue = Union[str, int, float, bool, None]
+# Conversation, session, agent and event ids (schemas/rules.py states the rule).
+Identifier = Id
 
-_NUL = re.compile("\x00")
-
-# When a turn can have happened: anything outside is a producer's bug (year 1, year 9999), and
-# dates near the ends of Python's datetime range overflow as soon as anyone adds a week to them.
-OCCURRED_MIN = datetime(1900, 1, 1, tzinfo=timezone.utc)
-OCCURRED_MAX = datetime(2200, 1, 1, tzinfo=timezone.utc)
-
-
-def bounded_utc(v: datetime) -> datetime:
-    """An aware datetime in UTC inside [OCCURRED_MIN, OCCURRED_MAX), or ValueError saying so."""
-    try:
-        utc = v.astimezone(timezone.utc)
-    except (OverflowError, ValueError):
-        utc = None
-    if utc is None or not OCCURRED_MIN <= utc < OCCURRED_MAX:
-        raise ValueError(f"must lie between {OCCURRED_MIN.date()} and {OCCURRED_MAX.date()} (UTC)")
-    return utc
+# When a turn can have happened: the year as written in 1900-2199 (schemas/rules.py).
+OCCURRED_MIN = datetime(YEAR_MIN, 1, 1, tzinfo=timezone.utc)
+OCCURRED_MAX = datetime(YEAR_MAX + 1, 1, 1, tzinfo=timezone.utc)
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
+
+
+Text = Annotated[str, Field(pattern="^[^\\x00]*$")]  # no NUL: C strings downstream (and Lucene) end there
 
 
 class Attachment(_Frozen):
@@ -74,16 +74,9 @@ class Attachment(_Frozen):
     """
 
     kind: Literal["image_caption", "tool_output", "file", "link", "other"]
-    text: str = Field(default="", max_length=MAX_ATTACHMENT_CHARS)
+    text: Text = Field(default="", max_length=MAX_ATTACHMENT_CHARS)
     uri: str | None = Field(default=None, max_length=2048)
     mime_type: str | None = Field(default=None, max_length=255)
-
-    @field_validator("text")
-    @classmethod
-    def _no_nul(cls, v: str) -> str:
-        if _NUL.search(v):
-            raise ValueError("must not contain NUL characters")
-        return v
 
 
 def _type_is_required(schema: dict[str, Any]) -> None:
@@ -95,67 +88,59 @@ def _type_is_required(schema: dict[str, Any]) -> None:
         required.insert(0, "type")
 
 
+def _turn_schema(schema: dict[str, Any]) -> None:
+    """The turn's cross-field rule in the schema too: text, or an attachment with text."""
+    _type_is_required(schema)
+    with_text = {"type": "object", "properties": {"text": {"type": "string", "pattern": HAS_CONTENT}}, "required": ["text"]}
+    # inside allOf, so that code generators read it as a further constraint, not as alternatives to the properties
+    schema["allOf"] = [{"anyOf": [
+        {"properties": {"text": {"type": "string", "pattern": HAS_CONTENT}}},
+        {"properties": {"attachments": {"type": "array", "contains": with_text}}, "required": ["attachments"]},
+    ]}]
+
+
 class _EventBase(_Frozen):
     model_config = ConfigDict(json_schema_extra=_type_is_required)
 
-    event_id: Identifier = Field(description="Producer-chosen id, unique within the conversation (a UUID is best). Duplicates are harmless: views keep the first.")
+    event_id: Identifier = Field(description="Producer-chosen id, unique within the conversation (a UUID is best). "
+                                             "Duplicates are harmless: views keep the first.")
     tenant_id: TenantId
+
+
+MetadataKey = Annotated[str, Field(min_length=1, max_length=64)]
+MetadataValue = Union[Annotated[str, Field(max_length=1024)], SafeInt, float, bool, None]
+Speaker = Annotated[str, AfterValidator(check_speaker), Field(min_length=1, max_length=200),
+                    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 200,
+                                    "allOf": [{"pattern": NAME_PATTERN}, {"pattern": HAS_CONTENT}]})]
 
 
 class TurnRecorded(_EventBase):
     """One turn of an agent conversation: an utterance, an action or a tool observation."""
+
+    model_config = ConfigDict(json_schema_extra=_turn_schema)
 
     type: Literal["TurnRecorded"] = "TurnRecorded"
     schema_version: Literal[1] = 1
     agent_id: Identifier = Field(description="Agent that published the turn.")
     conversation_id: Identifier
     session_id: Identifier
-    turn_index: int = Field(ge=0, le=10**9, description="Producer's index of the turn inside its session.")
-    speaker: str = Field(min_length=1, max_length=200)
+    turn_index: Annotated[int, Integral] = Field(ge=0, le=10**9, description="Producer's index of the turn inside its session.")
+    speaker: Speaker = Field(description="Who spoke: not blank, no control or bidirectional-control characters.")
     role: Literal["user", "assistant", "agent", "tool", "system"] = "user"
-    text: str = Field(max_length=MAX_TEXT_CHARS)
+    text: Text = Field(max_length=MAX_TEXT_CHARS, description="What was said. A turn needs text or an attachment with text.")
     attachments: tuple[Attachment, ...] = Field(default=(), max_length=MAX_ATTACHMENTS)
-    occurred_at: AwareDatetime = Field(description="When the turn happened (not when it was ingested). Must carry a UTC offset, "
-                                                   "and lie in [1900-01-01, 2200-01-01) UTC.")
-    metadata: dict[str, MetadataValue] = Field(default_factory=dict)
-    source_ref: str | None = Field(default=None, max_length=200, description="The producer's own reference for the turn (e.g. LoCoMo's dia_id).")
-    supersedes: Identifier | None = Field(default=None, description="The event id of a turn of the same conversation that this turn corrects: "
-                                                                    "searches return this turn instead, and the turn's history keeps both.")
-
-    @field_validator("text", "speaker")
-    @classmethod
-    def _no_nul(cls, v: str) -> str:
-        if _NUL.search(v):
-            raise ValueError("must not contain NUL characters")
-        return v
-
-    @field_validator("speaker")
-    @classmethod
-    def _speaker_not_blank(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be blank")
-        return v
-
-    @field_validator("occurred_at")
-    @classmethod
-    def _utc(cls, v: datetime) -> datetime:
-        return bounded_utc(v)
-
-    @field_validator("metadata")
-    @classmethod
-    def _bounded_metadata(cls, v: dict[str, Any]) -> dict[str, Any]:
-        if len(v) > MAX_METADATA_KEYS:
-            raise ValueError(f"at most {MAX_METADATA_KEYS} keys")
-        for key, value in v.items():
-            if not key or len(key) > 64:
-                raise ValueError("keys must be 1-64 characters")
-            if isinstance(value, str) and len(value) > 1024:
-                raise ValueError(f"value of {key!r} is longer than 1024 characters")
-        return v
+    occurred_at: Time = Field(description="When the turn happened (not when it was ingested): RFC 3339 with a UTC offset, "
+                                          f"written with a year in {YEAR_MIN}-{YEAR_MAX}.")
+    metadata: dict[MetadataKey, MetadataValue] = Field(default_factory=dict, max_length=MAX_METADATA_KEYS)
+    source_ref: str | None = Field(default=None, max_length=200,
+                                   description="The producer's own reference for the turn (e.g. LoCoMo's dia_id).")
+    supersedes: Identifier | None = Field(default=None, description="The event id of a turn of the same conversation that this "
+                                                                    "turn corrects: searches return this turn instead, and the "
+                                                                    "turn's history keeps both.")
 
     @model_validator(mode="after")
     def _has_content(self) -> "TurnRecorded":
-        if not self.text.strip() and not any(a.text.strip() for a in self.attachments):
+        if not has_content(self.text) and not any(has_content(a.text) for a in self.attachments):
             raise ValueError("a turn needs text or an attachment with text")
         return self
 
@@ -163,6 +148,24 @@ class TurnRecorded(_EventBase):
     def full_text(self) -> str:
         """The utterance with its attachments, as indexed and shown as evidence."""
         return turn_text(self.text, self.attachments)
+
+
+# The ids each level needs, present and not null (the model's rule, and the schema's oneOf).
+SCOPE_NEEDS: dict[str, tuple[str, ...]] = {
+    "tenant": (),
+    "conversation": ("conversation_id",),
+    "session": ("conversation_id", "session_id"),
+    "turn": ("conversation_id", "event_id"),
+    "agent": ("agent_id",),
+}
+
+
+def _scope_schema(schema: dict[str, Any]) -> None:
+    schema["oneOf"] = [
+        {"properties": {"level": {"const": level}, **{name: {"type": "string"} for name in needs}},
+         "required": ["level", *needs]}
+        for level, needs in SCOPE_NEEDS.items()
+    ]
 
 
 class ForgetScope(_Frozen):
@@ -173,31 +176,21 @@ class ForgetScope(_Frozen):
     is `level=tenant` with it). Turn, agent and `occurred_before` scopes are *partial*: the
     sessions they touch survive, recomputed from the turns left."""
 
+    model_config = ConfigDict(json_schema_extra=_scope_schema)
+
     level: Literal["tenant", "conversation", "session", "turn", "agent"]
-    conversation_id: Identifier | None = None
-    session_id: Identifier | None = None
+    conversation_id: Identifier | None = Field(default=None, description="For levels conversation, session and turn.")
+    session_id: Identifier | None = Field(default=None, description="For level=session.")
     event_id: Identifier | None = Field(default=None, description="For level=turn: the TurnRecorded event to forget.")
     agent_id: Identifier | None = Field(default=None, description="For level=agent: the agent whose turns to forget.")
-    occurred_before: AwareDatetime | None = Field(default=None, description="Only turns that happened before this time (retention).")
+    occurred_before: Time | None = Field(default=None, description="Only turns that happened before this time (retention).")
 
     @model_validator(mode="after")
     def _ids_match_level(self) -> "ForgetScope":
-        need = {
-            "tenant": (),
-            "conversation": ("conversation_id",),
-            "session": ("conversation_id", "session_id"),
-            "turn": ("conversation_id", "event_id"),
-            "agent": ("agent_id",),
-        }[self.level]
-        missing = [name for name in need if getattr(self, name) is None]
+        missing = [name for name in SCOPE_NEEDS[self.level] if getattr(self, name) is None]
         if missing:
             raise ValueError(f"level={self.level} requires {', '.join(missing)}")
         return self
-
-    @field_validator("occurred_before")
-    @classmethod
-    def _utc(cls, v: datetime | None) -> datetime | None:
-        return None if v is None else bounded_utc(v)
 
     @property
     def partial(self) -> bool:
@@ -234,14 +227,10 @@ class ForgetRequested(_EventBase):
     type: Literal["ForgetRequested"] = "ForgetRequested"
     schema_version: Literal[1] = 1
     scope: ForgetScope
-    requested_at: AwareDatetime
+    requested_at: Time
     reason: str | None = Field(default=None, max_length=1000)
-    requested_by: str | None = Field(default=None, max_length=200, description="Who asked: the API key id, or cli:<user>@<host> (the audit trail).")
-
-    @field_validator("requested_at")
-    @classmethod
-    def _utc(cls, v: datetime) -> datetime:
-        return bounded_utc(v)
+    requested_by: str | None = Field(default=None, max_length=200,
+                                     description="Who asked: the API key id, or cli:<user>@<host> (the audit trail).")
 
 
 Event = Annotated[Union[TurnRecorded, ForgetRequested], Field(discriminator="type")]
@@ -284,8 +273,11 @@ def upcast(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def validate_event(raw: Any) -> TurnRecorded | ForgetRequested:
-    """Validate a decoded JSON value as an event (after upcasting)."""
+def validate_event(raw: Any, *, edge: bool = True) -> TurnRecorded | ForgetRequested:
+    """Validate a decoded JSON value as an event (after upcasting). At the edge (`edge=True`:
+    a request, an intake record) JSON types are taken strictly (`turn_index: true` or `"5"`,
+    `schema_version: "1"` and numeric times are refused) and schemas/rules.py's edge rules
+    apply; records read back from a log keep the rules they were accepted under."""
     if not isinstance(raw, dict):
         raise InvalidEvent("an event must be a JSON object", [{"loc": [], "msg": "expected an object", "type": "type_error"}])
     kind = raw.get("type")
@@ -297,14 +289,17 @@ def validate_event(raw: Any) -> TurnRecorded | ForgetRequested:
             [{"loc": ["type"], "msg": f"must be one of {list(EVENT_TYPES)}", "type": "literal_error"}],
         )
     try:
-        return _EVENT_ADAPTER.validate_python(upcast(raw))
+        if edge:
+            return _EVENT_ADAPTER.validate_json(json.dumps(upcast(raw)), strict=True)
+        return _EVENT_ADAPTER.validate_python(upcast(raw), context=FROM_LOG)
     except ValidationError as exc:
         errors = field_errors(exc)
         raise InvalidEvent(_summary(errors), errors) from None
 
 
-def decode_event(value: bytes) -> TurnRecorded | ForgetRequested:
-    """Bytes from the log -> event. Raises InvalidEvent with a reason for the dead-letter topic."""
+def decode_event(value: bytes, *, edge: bool = False) -> TurnRecorded | ForgetRequested:
+    """Bytes from the log -> event. Raises InvalidEvent with a reason for the dead-letter topic.
+    `edge=True` for records that enter here (the intake topic), which meet the edge's rules."""
     if len(value) > MAX_ENCODED_BYTES:
         raise InvalidEvent(f"record is {len(value)} bytes; the limit is {MAX_ENCODED_BYTES}")
     try:
@@ -317,7 +312,7 @@ def decode_event(value: bytes) -> TurnRecorded | ForgetRequested:
         raise InvalidEvent(f"record is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except safejson.UnsafeJSON as exc:
         raise InvalidEvent(f"record is not JSON memstream accepts: {exc}") from None
-    return validate_event(raw)
+    return validate_event(raw, edge=edge)
 
 
 def encode_event(event: TurnRecorded | ForgetRequested) -> bytes:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.events import ID_PATTERN, TENANT_PATTERN, bounded_utc
+from schemas.rules import HAS_CONTENT, TENANT_PATTERN, Id, Integral, Time
 
 STRATEGIES = (
     "zero-mem", "graph-only", "hierarchy-only", "no-closure", "no-calibration",
@@ -24,33 +24,24 @@ EvidenceRole = Literal["primary", "bridge", "neighbour", "fill"]
 
 
 class SearchRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    question: str = Field(min_length=1, max_length=4000)
+    # strict: JSON types as they are (a number is no time, `true` no count); unknown fields refused
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    question: str = Field(min_length=1, max_length=4000, pattern=HAS_CONTENT, description="Not blank.")
     tenant_id: str = Field(pattern=TENANT_PATTERN)
-    conversation_id: str | None = Field(default=None, pattern=ID_PATTERN)
-    session_id: str | None = Field(default=None, pattern=ID_PATTERN)
-    agent_id: str | None = Field(default=None, pattern=ID_PATTERN)
-    since: AwareDatetime | None = None
-    until: AwareDatetime | None = None
-    as_of: AwareDatetime | None = Field(default=None, description="The time relative expressions ('last week') refer to; default: the latest turn in the boundary.")
+    conversation_id: Id | None = None
+    session_id: Id | None = None
+    agent_id: Id | None = None
+    since: Time | None = Field(default=None, description="Only turns that happened at or after this time.")
+    until: Time | None = Field(default=None, description="Only turns that happened at or before this time (before `since`: "
+                                                          "an empty range, no evidence).")
+    as_of: Time | None = Field(default=None, description="The time relative expressions ('last week') refer to; default: the latest turn in the boundary.")
     strategy: Strategy = "zero-mem"
-    k: int = Field(default=5, ge=1, le=MAX_K, description="How many of the best fused units seed the evidence as `primary` "
+    k: Annotated[int, Integral] = Field(default=5, ge=1, le=MAX_K, description="How many of the best fused units seed the evidence as `primary` "
                    "(the method's M(q)) before closure and fill. It does not limit the results: `max_turns` does.")
-    max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1, le=MAX_TURNS,
+    max_turns: Annotated[int, Integral] = Field(default=DEFAULT_MAX_TURNS, ge=1, le=MAX_TURNS,
                            description="The results' limit: evidence units are added in rank order until they hold this many "
                                        "distinct turns (the last unit may be cut).")
 
-    @field_validator("question")
-    @classmethod
-    def _not_blank(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be blank")
-        return v
-
-    @field_validator("since", "until", "as_of")
-    @classmethod
-    def _bounded(cls, v: datetime | None) -> datetime | None:
-        return None if v is None else bounded_utc(v)
 
 
 class TurnRef(BaseModel):

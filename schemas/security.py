@@ -30,7 +30,7 @@ from typing import Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from schemas import safejson
-from schemas.events import TENANT_PATTERN
+from schemas.rules import FROM_LOG, TENANT_PATTERN, Name
 
 Role = Literal["reader", "writer", "admin"]
 ROLES: tuple[Role, ...] = ("reader", "writer", "admin")
@@ -56,7 +56,7 @@ class KeyCreated(_Record):
     type: Literal["KeyCreated"] = "KeyCreated"
     tenant_id: str | None = Field(None, pattern=TENANT_PATTERN)
     role: Role
-    name: str = Field("", max_length=200)
+    name: Name = Field("", max_length=200)
     secret_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
     @model_validator(mode="after")
@@ -97,7 +97,35 @@ def decode_key_record(value: bytes) -> KeyRecord | None:
     if not isinstance(raw, dict) or raw.get("type") not in KEY_RECORD_TYPES:
         return None
     try:
-        return _KEY_ADAPTER.validate_python(raw)
+        return _KEY_ADAPTER.validate_python(raw, context=FROM_LOG)  # the rules a record was written under
+    except ValidationError:
+        return None
+
+
+class SessionEnded(BaseModel):
+    """A dashboard session signed out. Every process that serves the API folds these from the
+    control topic like key changes, so the cookie stops working on every replica within the key
+    ring's refresh bound; the record matters only until the session would have expired anyway."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: Literal["SessionEnded"] = "SessionEnded"
+    schema_version: Literal[1] = 1
+    session_id: str = Field(pattern=r"^[0-9a-f]{32}$")
+    expires_at: datetime
+    at: datetime = Field(default_factory=_now)
+
+
+def decode_session_record(value: bytes) -> SessionEnded | None:
+    """None for anything that is not a session record (the control topic holds other records too)."""
+    try:
+        raw = safejson.loads(value.decode("utf-8"))
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or raw.get("type") != "SessionEnded":
+        return None
+    try:
+        return SessionEnded.model_validate(raw)
     except ValidationError:
         return None
 

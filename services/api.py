@@ -20,13 +20,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from infra.registry import Registry
 from infra.settings import Settings
 from schemas.errors import ConfigurationError, MemstreamError, RateLimited, TransientError
-from schemas.events import Event
 from services.auth import Authenticator, TokenBuckets
 from services.http_guard import EdgeGuard, error_body
 from services.ops.metrics import Metrics
@@ -91,6 +89,29 @@ def is_loopback(host: str) -> bool:
 
 NO_KEY = ("no API key is configured: create one with `memstream keys create --role admin` (or a tenant's "
           "`--tenant T --role writer`), or start with --insecure-no-auth on a loopback address for local experiments")
+
+
+def allowed_methods(app: FastAPI, scope: dict) -> list[str]:
+    """The methods some route of the app takes at the request's path."""
+    from starlette.routing import Match
+
+    def leaves(routes):  # the routes of included routers too (none of ours has a prefix)
+        for route in routes:
+            inner = getattr(route, "original_router", None)
+            yield from leaves(inner.routes) if inner is not None else (route,)
+
+    methods: set[str] = set()
+    for route in leaves(app.routes):
+        if getattr(route, "methods", None) and route.matches({**scope, "method": "GET"})[0] is not Match.NONE:
+            methods |= set(route.methods)
+    return sorted(methods)
+
+
+def invalid_request_message(details: list[dict[str, Any]], shown: int = 3) -> str:
+    """A 422's message naming the fields: `body.max_turns: Input should be ...; ...`."""
+    parts = [f"{'.'.join(str(p) for p in d['loc']) or '(request)'}: {d['msg']}" for d in details[:shown]]
+    more = f" (+{len(details) - shown} more)" if len(details) > shown else ""
+    return "the request does not match the API schema: " + "; ".join(parts) + more
 
 
 def create_app(settings: Settings, *, process: bool | str = True, registry: Registry | None = None, insecure: bool = False) -> FastAPI:
@@ -194,13 +215,17 @@ def create_app(settings: Settings, *, process: bool | str = True, registry: Regi
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
         details = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
-        return JSONResponse(error_body("invalid_request", "the request does not match the API schema", details, request_id(request)),
+        return JSONResponse(error_body("invalid_request", invalid_request_message(details), details, request_id(request)),
                             status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status_code, "http_error")
-        return JSONResponse(error_body(code, str(exc.detail), None, request_id(request)), status_code=exc.status_code)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method of the path, not only those of the one route that matched it
+            headers["Allow"] = ", ".join(allowed_methods(app, request.scope))
+        return JSONResponse(error_body(code, str(exc.detail), None, request_id(request)), status_code=exc.status_code,
+                            headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
@@ -214,7 +239,9 @@ def create_app(settings: Settings, *, process: bool | str = True, registry: Regi
     for module in (ingest, forget, export, query, turns, ops, keys, audit, dashboard):
         app.include_router(module.router)
 
-    @app.get("/healthz", summary="Liveness (no key needed)")
+    from services.routes.models import Healthy
+
+    @app.get("/healthz", summary="Liveness (no key needed)", response_model=Healthy)
     async def healthz():
         return {"ok": True}
 
@@ -223,22 +250,12 @@ def create_app(settings: Settings, *, process: bool | str = True, registry: Regi
             return app.openapi_schema
         from fastapi.openapi.utils import get_openapi
 
+        from services.routes.document import complete
+
         doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-        defs = TypeAdapter(Event).json_schema(ref_template="#/components/schemas/{model}")
-        components = doc.setdefault("components", {})
-        schemas = components.setdefault("schemas", {})
-        schemas.update(defs.pop("$defs", {}))
-        schemas["Event"] = defs
-        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer", "description": "An API key (memstream keys create)."}}
-        for path, ops_ in doc["paths"].items():
-            for op in ops_.values():
-                if path not in OPEN_PATHS:
-                    op["security"] = [{"bearer": []}]
-                    responses = op.setdefault("responses", {})
-                    responses.update({"401": {"description": "Missing or unknown key"}, "403": {"description": "The key may not do this"}})
-                    responses.setdefault("429", {"description": "Over the key's rate limit (Retry-After)"})
-        app.openapi_schema = doc
-        return doc
+        app.openapi_schema = complete(doc, open_paths=OPEN_PATHS, max_batch=settings.api.max_batch,
+                                      max_wait=settings.api.max_wait_seconds)
+        return app.openapi_schema
 
     app.openapi = openapi
     limit = lambda path: settings.api.max_body_bytes if path == "/v1/events" else settings.api.max_request_bytes  # noqa: E731

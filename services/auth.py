@@ -9,10 +9,13 @@ tenant does not allow the request gets 403.
 
 The ops token (`MEMSTREAM_OPS_TOKEN`) is for machines and people watching the service: it reads
 /metrics and the ops snapshot, and signs a browser into /dashboard. The dashboard session is a
-cookie (HttpOnly, SameSite=Strict, Secure under TLS) holding an expiry and an HMAC keyed by the
-ops token, so every replica that shares the token accepts it and changing the token ends every
-session; signed in with an admin key instead, the session names that key and ends when the key
-is revoked.
+cookie (HttpOnly, SameSite=Strict, Secure under TLS) holding an expiry, a random session id and
+an HMAC keyed by the ops token, so every replica that shares the token accepts it and changing
+the token ends every session; signed in with an admin key instead, the session names that key
+and ends when the key is revoked. Signing out ends the session on the server: a `SessionEnded`
+record on the control topic, which every replica applies within the key ring's refresh bound
+(as it applies a key revocation). The session opens the dashboard and its snapshot only;
+/metrics takes the ops token or an admin key as a bearer.
 
 Rate limits are token buckets per key and per replica (N replicas admit up to N times the rate).
 """
@@ -26,6 +29,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from fastapi import Request
 
@@ -79,8 +83,9 @@ class Authenticator:
         return self.keyring is None
 
     # -- bearer keys ------------------------------------------------------------------------------
-    async def principal(self, request: Request, *, ops: bool = False) -> Principal:
-        """The request's caller; `ops=True` also admits the ops token and a dashboard session."""
+    async def principal(self, request: Request, *, ops: bool = False, session: bool = False) -> Principal:
+        """The request's caller; `ops=True` also admits the ops token, `session=True` a dashboard
+        session cookie."""
         if self.insecure:
             return INSECURE_PRINCIPAL
         header = request.headers.get("authorization", "")
@@ -89,7 +94,7 @@ class Authenticator:
         if ops and bearer and self.ops_token and hmac.compare_digest(bearer.encode(), self.ops_token.encode()):
             return OPS_PRINCIPAL
         principal = await self.keyring.authenticate(bearer) if bearer else None
-        if principal is None and ops and not bearer:
+        if principal is None and session and not bearer:
             principal = await self.session(request.cookies.get(SESSION_COOKIE, ""))
         if principal is None:
             raise Unauthorized(UNAUTHORIZED)
@@ -112,25 +117,40 @@ class Authenticator:
             if principal is None or not principal.is_admin:
                 return None
             subject = principal.key_id
-        payload = f"{int(time.time() + self.session_seconds)}.{subject}"
+        payload = f"{int(time.time() + self.session_seconds)}.{subject}.{secrets.token_hex(16)}"
         return f"{payload}.{self._sign(payload)}"
 
-    async def session(self, cookie: str) -> Principal | None:
-        expiry, _, rest = cookie.partition(".")
-        subject, _, signature = rest.partition(".")
-        if not (expiry.isdigit() and subject and signature):
+    def _verified(self, cookie: str) -> tuple[int, str, str] | None:
+        """(expiry, subject, session id) of a cookie this service signed and that has not expired."""
+        parts = cookie.split(".")
+        if len(parts) != 4 or not parts[0].isascii() or not parts[0].isdigit() or len(parts[0]) > 12:
             return None
-        if not hmac.compare_digest(self._sign(f"{expiry}.{subject}"), signature) or int(expiry) < time.time():
+        expiry, subject, session_id, signature = parts
+        if not (subject and session_id) or not hmac.compare_digest(self._sign(f"{expiry}.{subject}.{session_id}"), signature):
+            return None
+        return (int(expiry), subject, session_id) if int(expiry) >= time.time() else None
+
+    async def session(self, cookie: str) -> Principal | None:
+        verified = self._verified(cookie)
+        if verified is None or self.keyring is None:
+            return None
+        _, subject, session_id = verified
+        await self.keyring.refresh()
+        if self.keyring.session_ended(session_id):
             return None
         if subject == "ops":
             return OPS_PRINCIPAL
-        await self.keyring.refresh()
         state = self.keyring.keys.get(subject)
-        from datetime import datetime, timezone
-
         if state is None or not state.active(datetime.now(timezone.utc)):
             return None  # the key that signed in was revoked: so is its session
         return Principal(key_id=state.key_id, role=state.created.role, tenant_id=state.created.tenant_id, name=state.created.name)
+
+    async def sign_out(self, cookie: str) -> None:
+        """End the cookie's session on every replica (nothing to do for one that is not valid)."""
+        verified = self._verified(cookie)
+        if verified is not None and self.keyring is not None:
+            expiry, _, session_id = verified
+            await self.keyring.end_session(session_id, datetime.fromtimestamp(expiry, timezone.utc))
 
 
 # -- what a principal may do --------------------------------------------------------------------

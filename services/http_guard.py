@@ -54,7 +54,9 @@ def parse_body(raw: bytes, ndjson: bool) -> Any:
             raise UnsafeJSON(f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
                              " (send JSON Lines as application/x-ndjson)") from None
     items = []
-    for n, line in enumerate(text.splitlines(), start=1):
+    # JSON Lines are separated by "\n" alone: str.splitlines() would also split inside strings
+    # that hold U+2028, U+0085 and the like, which JSON leaves unescaped.
+    for n, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             try:
                 items.append(loads(line))

@@ -7,7 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from schemas.errors import InvalidRequest, NotFound
+from pydantic import ValidationError
+
+from schemas.errors import Conflict, InvalidRequest, NotFound
+from schemas.events import field_errors
 from schemas.security import KeyCreated, KeyRevoked, KeyRotated, Role, digest, new_key_id, new_secret, token
 from streams.keys import KeyRing
 
@@ -35,7 +38,12 @@ async def create(ring: KeyRing, role: Role, tenant_id: str | None, name: str = "
     if (role == "admin") != (tenant_id is None):
         raise InvalidRequest("an admin key has no tenant; a reader or writer key needs exactly one (--tenant)")
     key_id, secret = new_key_id(), new_secret()
-    offset = await ring.append(KeyCreated(key_id=key_id, tenant_id=tenant_id, role=role, name=name, secret_sha256=digest(secret), by=by))
+    try:
+        record = KeyCreated(key_id=key_id, tenant_id=tenant_id, role=role, name=name, secret_sha256=digest(secret), by=by)
+    except ValidationError as exc:
+        errors = field_errors(exc)
+        raise InvalidRequest("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors), errors) from None
+    offset = await ring.append(record)
     return KeyChange(_info(ring, key_id), offset, token(key_id, secret))
 
 
@@ -56,7 +64,7 @@ async def revoke(ring: KeyRing, key_id: str, by: str = "") -> KeyChange:
 async def rotate(ring: KeyRing, key_id: str, grace: timedelta = DEFAULT_GRACE, by: str = "") -> KeyChange:
     state = await _known(ring, key_id)
     if state.revoked_at is not None:
-        raise InvalidRequest(f"key {key_id} is revoked; create a new one instead")
+        raise Conflict(f"key {key_id} is revoked; create a new one instead")
     secret = new_secret()
     until = datetime.now(timezone.utc) + max(grace, timedelta(0))
     offset = await ring.append(KeyRotated(key_id=key_id, secret_sha256=digest(secret), previous_valid_until=until, by=by))

@@ -7,8 +7,8 @@ data key, so what comes back is the event as it was published (attachments, meta
 `supersedes`), never a derived copy. A turn whose key is already destroyed (a forget in
 progress) is left out.
 
-Listings are ordered by (occurred_at, turn id); the cursor is that pair, opaque to callers
-(base64 of JSON) and stable while turns are added.
+Listings are ordered by (occurred_at, turn id); the cursor is that pair (services/paging.py),
+stable while turns are added.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from schemas.events import TurnRecorded
 from schemas.ports.event_log import EventLog
 from schemas.ports.views import Boundary, TurnRow
 from infra.turn_docs import micros
-from services.paging import MAX_LIMIT, decode_cursor, encode_cursor
+from services.paging import MAX_LIMIT, TURNS
 from streams.sealing import Opener
 
 MAX_PAGE = MAX_LIMIT
@@ -29,7 +29,7 @@ _HISTORY_DEPTH = 100
 
 
 def _cursor(turn: TurnRow) -> str:
-    return encode_cursor((micros(turn.occurred_at), turn.turn_id))
+    return TURNS.render((micros(turn.occurred_at), turn.turn_id))
 
 
 @dataclass
@@ -66,7 +66,7 @@ class TurnReader:
     async def page(self, boundary: Boundary, cursor: str | None, limit: int, include_superseded: bool) -> dict[str, Any]:
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidRequest(f"limit must be in 1..{MAX_PAGE}")
-        after = decode_cursor(cursor, (int, str)) if cursor else None
+        after = TURNS.parse(cursor) if cursor else None
         rows = self.units.page_turns(boundary, after, limit, include_superseded=include_superseded)
         turns = [self._as_dict(r, e) for r, e in await self._events(rows)]
         return {"turns": turns, "next_cursor": _cursor(rows[-1]) if len(rows) == limit else None}

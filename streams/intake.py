@@ -69,7 +69,7 @@ class IntakeRelay:
         read, dead = [], []
         for r in records:
             try:
-                read.append((r, decode_event(r.value)))
+                read.append((r, decode_event(r.value, edge=True)))
             except InvalidEvent as exc:
                 dead.append(DeadLetter(r, "intake", str(exc), exc.errors))
         if read:

@@ -25,7 +25,9 @@ from schemas.security import (
     KeyRevoked,
     KeyRotated,
     Principal,
+    SessionEnded,
     decode_key_record,
+    decode_session_record,
     encode_key_record,
     parse_token,
     secret_matches,
@@ -62,6 +64,7 @@ class KeyRing:
         self.topic = control_topic(topic)
         self.refresh_seconds = refresh_seconds
         self.keys: dict[str, KeyState] = {}
+        self.ended_sessions: dict[str, datetime] = {}  # dashboard session id -> when it would have expired
         self.applied = 0  # next control-topic offset to apply
         self._checked = float("-inf")  # monotonic time of the last look at the log's end
         self._lock = asyncio.Lock()
@@ -89,6 +92,8 @@ class KeyRing:
                     record = decode_key_record(rec.value)
                     if record is not None:
                         self._apply(record, rec.offset)
+                    elif (ended := decode_session_record(rec.value)) is not None:
+                        self._end_session(ended)
                     self.applied = rec.offset + 1
             self._checked = started  # the look began before the records were read: the bound holds from there
 
@@ -107,6 +112,23 @@ class KeyRing:
             # The previous current secret is valid until the grace period ends; older ones are gone.
             state.digests = [(record.secret_sha256, None)] + [(d, record.previous_valid_until) for d, until in state.digests if until is None]
             state.rotated_at = record.at
+
+    def _end_session(self, record: SessionEnded) -> None:
+        now = datetime.now(timezone.utc)
+        if record.expires_at > now:
+            self.ended_sessions[record.session_id] = record.expires_at
+        for session_id in [s for s, until in self.ended_sessions.items() if until <= now]:
+            del self.ended_sessions[session_id]  # an expired cookie is refused anyway: keep the set bounded
+
+    def session_ended(self, session_id: str) -> bool:
+        return session_id in self.ended_sessions
+
+    async def end_session(self, session_id: str, expires_at: datetime) -> int:
+        """Append a sign-out; returns its control-topic offset."""
+        record = SessionEnded(session_id=session_id, expires_at=expires_at)
+        [appended] = await self.log.append(self.topic, [NewRecord(key="session", value=record.model_dump_json().encode(), partition=0)])
+        await self.refresh(force=True)
+        return appended.offset
 
     async def authenticate(self, token: str | None) -> Principal | None:
         """The caller of a bearer token, or None (malformed, unknown, revoked, expired). A

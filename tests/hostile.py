@@ -16,19 +16,21 @@ from hypothesis import strategies as st
 from schemas.events import MAX_ENCODED_BYTES, ForgetRequested, ForgetScope, TurnRecorded, encode_event
 
 # -- valid events ---------------------------------------------------------------------------------
-_ID_CHARS = st.characters(min_codepoint=0x21, max_codepoint=0x2FF, exclude_categories=["Zs", "Cc"])
+_ID_CHARS = st.characters(min_codepoint=0x21, max_codepoint=0x2FF, exclude_categories=["Zs", "Cc"], exclude_characters="/")
 ids = st.text(_ID_CHARS, min_size=1, max_size=24)
 tenants = st.from_regex(r"[a-z0-9][a-z0-9_-]{0,8}", fullmatch=True)
 offsets = st.integers(-23 * 60, 23 * 60).map(lambda m: timezone(timedelta(minutes=m)))
 moments = st.builds(lambda d, tz: d.replace(tzinfo=tz), st.datetimes(datetime(1900, 1, 2), datetime(2199, 12, 30)), offsets)
 texts = st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), max_size=60).filter(lambda t: t.strip())
+# Speakers: no control or bidirectional-control characters (schemas/rules.py)
+names = st.text(st.characters(exclude_categories=["Cs", "Cc", "Cf"]), max_size=60).filter(lambda t: t.strip())
 metadata = st.dictionaries(st.text(min_size=1, max_size=16), st.one_of(
-    st.none(), st.booleans(), st.integers(-(10**30), 10**30), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=40)),
+    st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=40)),
     max_size=4)
 
 turns = st.builds(
     TurnRecorded, event_id=ids, tenant_id=tenants, agent_id=ids, conversation_id=ids, session_id=ids,
-    turn_index=st.integers(0, 10**9), speaker=texts.map(lambda t: t[:200]), role=st.sampled_from(["user", "assistant", "agent", "tool", "system"]),
+    turn_index=st.integers(0, 10**9), speaker=names.map(lambda t: t[:200]), role=st.sampled_from(["user", "assistant", "agent", "tool", "system"]),
     text=texts, occurred_at=moments, metadata=metadata, source_ref=st.none() | ids,
 )
 forgets = st.builds(

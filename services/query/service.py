@@ -48,8 +48,6 @@ class QueryService:
         return self.encoder if model is None else self.encoders(model)
 
     def boundary(self, r: SearchRequest) -> Boundary:
-        if r.since and r.until and r.since > r.until:
-            raise BadRequest("'since' is after 'until'")
         return Boundary(
             tenant_id=r.tenant_id,
             conversation_ids=(r.conversation_id,) if r.conversation_id else None,
@@ -69,6 +67,10 @@ class QueryService:
         if strategy is None:
             raise BadRequest(f"strategy {request.strategy!r} is not available; available: {', '.join(self.strategies)}")
         boundary = self.boundary(request)
+        if request.since and request.until and request.since > request.until:  # an empty range holds no turns
+            return SearchResponse(strategy=request.strategy, route=None, profile={}, evidence=[], budget_turns=request.max_turns,
+                                  backends={}, timings_ms={"total": round((time.perf_counter() - t0) * 1000, 3)}, llm_tokens=0,
+                                  notes=["'since' is after 'until': the range holds no turns"])
         with unavailable_as("hierarchy"):
             raw = self.views.store("hierarchy")
         units = Guarded(raw, "hierarchy")  # no fallback without it: a 503 naming it

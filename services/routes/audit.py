@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Query, Request
-from pydantic import AwareDatetime
 
-from schemas.events import TENANT_PATTERN
+from schemas.rules import TENANT_PATTERN, Time
 from services.audit import decode_cursor, encode_cursor
+from services.paging import AUDIT
 from services.routes.deps import Admin, state
+from services.routes.models import AuditPage
+from services.routes.responses import errors
 
 router = APIRouter()
 
 
-@router.get("/v1/admin/audit", summary="The audit trail: key changes, retention, forgets and their completion, exports (admin)")
+@router.get("/v1/admin/audit", summary="The audit trail: key changes, retention, forgets and their completion, exports (admin)",
+            response_model=AuditPage, responses=errors(400))
 async def get_audit(request: Request, principal: Admin,
                     tenant_id: str | None = Query(None, pattern=TENANT_PATTERN, description="Only this tenant's entries."),
-                    since: AwareDatetime | None = Query(None, description="Only entries at or after this time."),
-                    cursor: str | None = Query(None, max_length=200, description="`next_cursor` of the previous page."),
+                    since: Time | None = Query(None, description="Only entries at or after this time."),
+                    cursor: str | None = Query(None, pattern=AUDIT.pattern, description="`next_cursor` of the previous page."),
                     limit: int = Query(100, ge=1, le=1000)):
     trail = state(request).audit
     await trail.refresh()

@@ -26,6 +26,12 @@ def caller(role: Role):
 
 
 async def _ops(request: Request) -> Principal:
+    principal = await state(request).auth.principal(request, ops=True, session=True)
+    require_ops(principal)
+    return principal
+
+
+async def _ops_bearer(request: Request) -> Principal:
     principal = await state(request).auth.principal(request, ops=True)
     require_ops(principal)
     return principal
@@ -34,4 +40,5 @@ async def _ops(request: Request) -> Principal:
 Reader = Annotated[Principal, caller("reader")]
 Writer = Annotated[Principal, caller("writer")]
 Admin = Annotated[Principal, caller("admin")]
-Ops = Annotated[Principal, Depends(_ops)]
+Ops = Annotated[Principal, Depends(_ops)]  # the ops token, an admin key, or a dashboard session
+OpsBearer = Annotated[Principal, Depends(_ops_bearer)]  # the ops token or an admin key, as a bearer

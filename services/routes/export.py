@@ -7,7 +7,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from schemas.events import ID_PATTERN, TENANT_PATTERN, encode_event
+from schemas.events import encode_event
+from schemas.rules import ID_MAX, ID_PATTERN, TENANT_PATTERN
 from services.auth import tenant_for
 from services.export import export_turns, record_export
 from services.routes.deps import Writer, state
@@ -21,7 +22,8 @@ router = APIRouter()
                              "description": "The turns, in log order, each event once; forgotten turns are left out"}})
 async def get_export(request: Request, principal: Writer,
                      tenant_id: str | None = Query(None, pattern=TENANT_PATTERN, description="Default: the key's tenant."),
-                     conversation_id: str | None = Query(None, pattern=ID_PATTERN, description="Only this conversation.")):
+                     conversation_id: str | None = Query(None, pattern=ID_PATTERN, max_length=ID_MAX,
+                                                          description="Only this conversation.")):
     st = state(request)
     tenant = tenant_for(principal, tenant_id)
     log_, topic = st.pipeline.log, st.settings.log.topic

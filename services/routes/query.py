@@ -8,10 +8,11 @@ import time
 from fastapi import APIRouter, Request
 from pydantic import Field
 
-from schemas.events import TENANT_PATTERN
 from schemas.query import AnswerResponse, SearchRequest, SearchResponse
+from schemas.rules import TENANT_PATTERN
 from services.auth import tenant_for
 from services.routes.deps import Reader, state
+from services.routes.responses import errors
 
 router = APIRouter()
 
@@ -35,7 +36,10 @@ async def post_search(body: SearchBody, request: Request, principal: Reader):
     return response
 
 
-@router.post("/v1/answer", response_model=AnswerResponse, summary="Evidence, then the reader's calibrated answer (one LLM call; reader)")
+@router.post("/v1/answer", response_model=AnswerResponse, summary="Evidence, then the reader's calibrated answer (one LLM call; reader)",
+             responses={**errors(400, _400="No reader is configured on this server (MEMSTREAM_READER_URL), or the body is "
+                                           "not JSON memstream accepts"),
+                        502: {"model": errors(400)[400]["model"], "description": "The reader endpoint failed"}})
 async def post_answer(body: SearchBody, request: Request, principal: Reader):
     from services.query.answering import answer
 

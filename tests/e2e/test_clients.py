@@ -123,7 +123,7 @@ class _AsyncCountingTransport(httpx.AsyncHTTPTransport):
 
 def test_a_wait_longer_than_the_http_timeout_ends_on_time_as_wait_timeout(served):
     """Scaled down from a 40 s wait with the 30 s default: a 2 s HTTP timeout and a 5 s wait on
-    positions never reached end after about 5 s in WaitTimeout (the server's 504), in one request —
+    positions never reached end after about 5 s in WaitTimeout (the server's `caught_up: false`), in one request —
     no read timeout, no retry — from the blocking and the asyncio client at once."""
     never, outcome = {0: 10**9}, {}
     blocking_transport, async_transport = _CountingTransport(), _AsyncCountingTransport()
@@ -150,7 +150,7 @@ def test_a_wait_longer_than_the_http_timeout_ends_on_time_as_wait_timeout(served
     outcome["asyncio"] = asyncio.run(asyncio_client())
     thread.join(30)
     for name, (exc, took) in outcome.items():
-        assert isinstance(exc, WaitTimeout) and (exc.status, exc.code) == (504, "timeout"), (name, exc)
+        assert isinstance(exc, WaitTimeout) and exc.code == "timeout", (name, exc)
         assert 4.5 <= took < 8, (name, took)
     assert len(outcome) == 2 and blocking_transport.waits == async_transport.waits == 1
 

@@ -87,7 +87,7 @@ def test_switching_the_encoder_by_configuration_and_replay(tmp_path, models, cap
                     f"it keeps {DEFAULT} until `memstream replay {view}`") in err
         published = client.post("/v1/events", json=[items[-1]])  # projected with the generation's own model
         assert published.status_code == 200
-        assert client.post("/v1/wait", json={"positions": published.json()["positions"], "timeout_seconds": 120}).status_code == 200
+        assert client.post("/v1/wait", json={"positions": published.json()["positions"], "timeout_seconds": 120}).json()["caught_up"] is True
         assert answers(client) == with_default
 
         failures: list[str] = []

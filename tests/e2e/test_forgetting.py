@@ -55,7 +55,7 @@ def log_records(client) -> list:
 
 def wait(client, body: dict) -> None:
     r = client.post("/v1/wait", json={**body, "timeout_seconds": 120})
-    assert r.status_code == 200, r.text
+    assert r.json().get("caught_up") is True, r.text
 
 
 @pytest.fixture

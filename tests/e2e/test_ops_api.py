@@ -60,15 +60,15 @@ def test_pause_lag_metrics_health_and_resume(client):
 def test_query_latency_requests_and_unknown_projection(client):
     items = sample_items()
     body = client.post("/v1/events", json=items).json()
-    assert client.post("/v1/wait", json={"positions": body["positions"], "timeout_seconds": 60}).status_code == 200
+    assert client.post("/v1/wait", json={"positions": body["positions"], "timeout_seconds": 60}).json()["caught_up"] is True
     r = client.post("/v1/search", json={"question": "where did they go hiking?", "tenant_id": items[0]["tenant_id"]})
     assert r.status_code == 200, r.text
-    assert client.post("/v1/admin/projections/nope/pause").status_code == 404
+    assert client.post("/v1/admin/projections/nope/pause").status_code == 422  # the path names one of the four
     text = client.get("/metrics").text
     assert metric(text, "memstream_query_latency_seconds_count", strategy="zero-mem") == 1
     assert metric(text, "memstream_query_stage_seconds_count", strategy="zero-mem") >= 1
     assert metric(text, "memstream_http_requests_total", endpoint="/v1/search", method="POST", code="200") == 1
-    assert metric(text, "memstream_http_requests_total", endpoint="/v1/admin/projections/{name}/pause", code="404") == 1
+    assert metric(text, "memstream_http_requests_total", endpoint="/v1/admin/projections/{name}/pause", code="422") == 1
     snap = client.get("/v1/ops/snapshot").json()
     assert snap["queries"]["zero-mem"]["count"] == 1 and snap["history"]
 

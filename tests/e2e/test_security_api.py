@@ -4,6 +4,7 @@ do what, what everyone else is told, and that a key change is enforced."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -66,7 +67,7 @@ def test_roles(stack):
     assert error(client.post("/v1/events", json=[ev(0)], headers=r1), 403)["code"] == "forbidden"
     published = client.post("/v1/events", json=[ev(0), ev(1)], headers=w1)
     assert published.status_code == 200, published.text
-    assert client.post("/v1/wait", json={"positions": published.json()["positions"], "timeout_seconds": 60}, headers=r1).status_code == 200
+    assert client.post("/v1/wait", json={"positions": published.json()["positions"], "timeout_seconds": 60}, headers=r1).json()["caught_up"] is True
     found = client.post("/v1/search", json={"question": "topic 1"}, headers=r1)  # tenant defaults to the key's
     assert found.status_code == 200 and found.json()["evidence"]
     status = client.get("/v1/status", headers=r1).json()
@@ -123,14 +124,16 @@ def test_metrics_and_the_dashboard_take_the_ops_token_and_a_session_cookie(stack
     cookie = signed.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict") and "Path=/" in cookie
     assert "dashboard.js" in client.get("/dashboard").text
-    assert client.get("/v1/ops/snapshot").status_code == 200 and client.get("/metrics").status_code == 200
+    assert client.get("/v1/ops/snapshot").status_code == 200
+    error(client.get("/metrics"), 401)  # the session opens the dashboard and its snapshot; /metrics takes a bearer
     error(client.post("/v1/admin/projections/graph/pause"), 401)  # the cookie reads; it changes nothing
     value = client.cookies.get("memstream_session")
     client.cookies.clear()
-    expiry, subject, signature = value.split(".")
-    for forged in (f"{expiry}.{subject}.{signature[:-1]}{'0' if signature[-1] != '0' else '1'}",  # a bit of the signature
-                   f"{int(expiry) + 10**6}.{subject}.{signature}",  # a later expiry
-                   f"{expiry}.{keys['admin']['key_id']}.{signature}"):  # another subject
+    expiry, subject, session_id, signature = value.split(".")
+    for forged in (f"{expiry}.{subject}.{session_id}.{signature[:-1]}{'0' if signature[-1] != '0' else '1'}",  # the signature
+                   f"{int(expiry) + 10**6}.{subject}.{session_id}.{signature}",  # a later expiry
+                   f"{expiry}.{keys['admin']['key_id']}.{session_id}.{signature}",  # another subject
+                   f"{expiry}.{subject}.{'0' * 32}.{signature}"):  # another session
         error(client.get("/v1/ops/snapshot", cookies={"memstream_session": forged}), 401)
     assert "signin.js" in client.get("/dashboard").text
     # signed in with an admin key, the session ends with the key
@@ -141,6 +144,28 @@ def test_metrics_and_the_dashboard_take_the_ops_token_and_a_session_cookie(stack
     assert revoked.status_code == 200
     client.post("/v1/wait", json={"control_offset": revoked.json()["control_offset"]}, headers=bearer(spare))
     error(client.get("/v1/ops/snapshot"), 401)
+
+
+def test_signing_out_ends_the_session_on_the_server(stack, tmp_path, models):
+    """The old cookie stops working once the browser signs out — here and on another replica of
+    the same deployment (its own app and key ring over the same log) — and sign-out clears the
+    cookie with the attributes sign-in set."""
+    client, keys, settings = stack
+    ops = settings.ops.token.get_secret_value()
+    client.cookies.clear()
+    assert client.post("/dashboard/session", json={"token": ops}).status_code == 200
+    cookie = client.cookies.get("memstream_session")
+    with api_client(settings, models, key=None, process=False) as replica:
+        assert replica.get("/v1/ops/snapshot", cookies={"memstream_session": cookie}).status_code == 200
+        out = client.delete("/dashboard/session")
+        assert out.status_code == 200 and out.json() == {"signed_in": False}
+        cleared = out.headers["set-cookie"]
+        assert "SameSite=strict" in cleared.replace("Strict", "strict") and "HttpOnly" in cleared and "Max-Age=0" in cleared
+        error(client.get("/v1/ops/snapshot", cookies={"memstream_session": cookie}), 401)
+        time.sleep(settings.api.key_refresh_seconds * 2)  # the bound every replica applies a control-topic record within
+        error(replica.get("/v1/ops/snapshot", cookies={"memstream_session": cookie}), 401)
+        assert "signin.js" in replica.get("/dashboard", cookies={"memstream_session": cookie}).text
+    client.cookies.clear()
 
 
 def test_keys_over_http_create_rotate_revoke_and_every_change_is_enforced_after_wait(stack):
@@ -163,7 +188,7 @@ def test_keys_over_http_create_rotate_revoke_and_every_change_is_enforced_after_
     error(client.get("/v1/status", headers=bearer(rotated)), 401)
     assert client.get("/v1/status", headers=bearer(again)).status_code == 200
     gone = client.post(f"/v1/admin/keys/{new['key_id']}/revoke", headers=admin).json()
-    assert client.post("/v1/wait", json={"control_offset": gone["control_offset"], "timeout_seconds": 10}, headers=admin).status_code == 200
+    assert client.post("/v1/wait", json={"control_offset": gone["control_offset"], "timeout_seconds": 10}, headers=admin).json()["caught_up"] is True
     error(client.get("/v1/status", headers=bearer(again)), 401)
     error(client.post("/v1/admin/keys/ffffffffffffffff/revoke", headers=admin), 404)
     error(client.post("/v1/admin/keys", json={"role": "writer"}, headers=admin), 422)  # a writer key needs a tenant

@@ -81,7 +81,7 @@ def test_a_forgotten_conversation_leaves_no_byte_on_any_server(stack, models, tm
             servers.kcat_publish(kafka_bootstrap, settings.log.topic + ".intake", [decode_event(json.dumps(foreign).encode())])
             end = helpers.until(lambda: (e := asyncio.run(helpers.publish_events(settings, models, []))) and sum(e.values()) == 13 and e,
                                 "the relay to seal the foreign event", 120)
-            assert api.post("/v1/wait", json={"positions": end, "timeout_seconds": 240}).status_code == 200
+            assert api.post("/v1/wait", json={"positions": end, "timeout_seconds": 240}).json()["caught_up"] is True
             keystore = api.app.state.memstream.pipeline.keystore
             held = keystore.get([key_id("t1", "victim", e["event_id"]) for e in [*victim, foreign]])
             assert len(held) == 7
@@ -90,7 +90,7 @@ def test_a_forgotten_conversation_leaves_no_byte_on_any_server(stack, models, tm
 
             forget = api.post("/v1/forget", json={"tenant_id": "t1", "conversation_id": "victim"})
             assert forget.status_code == 202, forget.text
-            assert api.post("/v1/wait", json={"positions": forget.json()["positions"], "timeout_seconds": 240}).status_code == 200
+            assert api.post("/v1/wait", json={"positions": forget.json()["positions"], "timeout_seconds": 240}).json()["caught_up"] is True
 
             def gone(when: str) -> None:
                 bound = 120  # OpenSearch's deferred expunge (retention-lease sync ~30 s, then a merge), Kafka's intake retention

@@ -25,6 +25,7 @@ from schemas.forgetting import (
 )
 from schemas.ports.event_log import NewRecord
 from schemas.security import KeyCreated, KeyRevoked, decode_key_record, encode_key_record
+from schemas.errors import InvalidCursor
 from services.audit import decode_cursor, encode_cursor
 from streams.audit import RETENTION_REQUESTER, AuditTrail, CompletionRecorder, append_record
 from streams.eraser import EraserRunner
@@ -155,7 +156,7 @@ def test_a_broadcast_forget_is_one_entry_and_a_repeated_completion_counts_once(t
 
 @pytest.mark.parametrize("cursor", ["", "!!!", "bm90IGpzb24", encode_cursor(3)[:-2], "eyJhZnRlciI6IC0xfQ", "eyJhZnRlciI6dHJ1ZX0"])
 def test_a_cursor_that_was_not_handed_out_is_refused(cursor):
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(InvalidCursor):
         decode_cursor(cursor)
     assert decode_cursor(encode_cursor(41)) == 41
 

@@ -90,7 +90,7 @@ def test_other_input_errors_before_sending_are_memstream_errors_too(call):
 
 # -- waits -----------------------------------------------------------------------------------------
 class WaitServer:
-    """POST /v1/wait as the server does it: wait `timeout_seconds`, then 504 — or `caught_up` at
+    """POST /v1/wait as the server does it: wait `timeout_seconds`, then `caught_up: false` — or `caught_up` at
     the `ready_after`-th request, or the statuses of `answers` first. Records what each request
     asked for and the read timeout it was sent with."""
 
@@ -109,7 +109,7 @@ class WaitServer:
                                        json={"error": {"code": "unavailable", "message": "later"}})
         if self.ready_after is not None and len(self.asked) >= self.ready_after:
             return 0.0, httpx.Response(200, json={"caught_up": True})
-        return seconds, httpx.Response(504, json={"error": {"code": "timeout", "message": f"not within {seconds}s"}})
+        return seconds, httpx.Response(200, json={"caught_up": False, "reason": f"not within {seconds}s"})
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         pause, response = self._answer(request)

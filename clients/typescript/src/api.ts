@@ -49,7 +49,7 @@ export interface paths {
         put?: never;
         /** Sign the browser in: ops token or admin key -> session cookie */
         post: operations["sign_in_dashboard_session_post"];
-        /** Sign the browser out */
+        /** Sign the browser out: the session ends on every replica */
         delete: operations["sign_out_dashboard_session_delete"];
         options?: never;
         head?: never;
@@ -80,7 +80,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Prometheus metrics (ops token or admin) */
+        /** Prometheus metrics (ops token or admin key, as a bearer) */
         get: operations["get_metrics_metrics_get"];
         put?: never;
         post?: never;
@@ -473,6 +473,38 @@ export interface components {
              */
             uri: string | null;
         };
+        /** AuditPage */
+        AuditPage: {
+            /**
+             * Entries
+             * @description Oldest first; each names its `kind` (key, retention, projection, export, forget), `control_offset` and `at`.
+             */
+            entries: {
+                [key: string]: unknown;
+            }[];
+            /** Next Cursor */
+            next_cursor: string | null;
+        };
+        /** AuthInfo */
+        AuthInfo: {
+            /** Key Id */
+            key_id: string;
+            /**
+             * Mode
+             * @enum {string}
+             */
+            mode: "api-keys" | "insecure-no-auth";
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "reader" | "writer" | "admin";
+            /**
+             * Tenant Id
+             * @description The key's tenant (none for an admin key).
+             */
+            tenant_id?: string | null;
+        };
         /** ControlRequest */
         ControlRequest: {
             /**
@@ -483,11 +515,74 @@ export interface components {
             reason: string;
             /**
              * Requested By
+             * @description Who asked (default: the key)
              * @default
              */
             requested_by: string;
         };
+        /** DeadLetter */
+        DeadLetter: {
+            /** Errors */
+            errors: {
+                [key: string]: unknown;
+            }[];
+            /**
+             * Origin
+             * @description Where the record was: topic/partition/offset.
+             */
+            origin: string;
+            /** Projections */
+            projections: string[];
+            /** Reason */
+            reason: string;
+            /** Replayed */
+            replayed: boolean;
+            /** Truncated */
+            truncated: boolean;
+            /**
+             * Value
+             * @description The record's bytes as text (invalid UTF-8 replaced).
+             */
+            value: string;
+        };
+        /** DeadLetters */
+        DeadLetters: {
+            /** Dead Letters */
+            dead_letters: components["schemas"]["DeadLetter"][];
+            /** Next Cursor */
+            next_cursor: string | null;
+        };
+        /** ErrorInfo */
+        ErrorInfo: {
+            /**
+             * Code
+             * @description Stable, machine-readable: e.g. invalid_request, not_found, rate_limited.
+             */
+            code: string;
+            /**
+             * Details
+             * @description Per field (`loc`, `msg`, `type`) or, for a batch, per item.
+             */
+            details: {
+                [key: string]: unknown;
+            }[];
+            /**
+             * Message
+             * @description What went wrong and what to do, for a person.
+             */
+            message: string;
+            /**
+             * Request Id
+             * @description The request's X-Request-Id: the server log names it.
+             */
+            request_id: string;
+        };
+        /** ErrorResponse */
+        ErrorResponse: {
+            error: components["schemas"]["ErrorInfo"];
+        };
         Event: components["schemas"]["TurnRecorded"] | components["schemas"]["ForgetRequested"];
+        EventIn: components["schemas"]["TurnRecordedIn"] | components["schemas"]["ForgetRequestedIn"];
         /** EventsResult */
         EventsResult: {
             /** Accepted */
@@ -549,37 +644,49 @@ export interface components {
             /** Unit Id */
             unit_id: string;
         };
-        /** ForgetBody */
+        /**
+         * ForgetBody
+         * @description What to forget: the narrowest level the ids name (a turn, a session, a conversation, an
+         *     agent), else the whole tenant. Absent ids are left out (not null).
+         */
         ForgetBody: {
             /**
              * Agent Id
-             * @description Everything this agent said in the tenant.
+             * @description Everything this agent said in the tenant: alone (no other id).
              */
-            agent_id?: string | null;
-            /** Conversation Id */
-            conversation_id?: string | null;
+            agent_id?: string;
+            /**
+             * Conversation Id
+             * @description A conversation; with session_id a session, with event_id a turn.
+             */
+            conversation_id?: string;
             /**
              * Event Id
-             * @description A turn: with conversation_id.
+             * @description A turn: needs conversation_id.
              */
-            event_id?: string | null;
+            event_id?: string;
             /**
              * Occurred Before
+             * Format: date-time
              * @description Only turns that happened before this time.
+             * @example 2024-05-01T09:30:00Z
              */
-            occurred_before?: string | null;
-            /** Reason */
-            reason?: string | null;
+            occurred_before?: string;
+            /**
+             * Reason
+             * @description Why (kept in the audit trail).
+             */
+            reason?: string;
             /**
              * Session Id
-             * @description With conversation_id.
+             * @description A session: needs conversation_id.
              */
-            session_id?: string | null;
+            session_id?: string;
             /**
              * Tenant Id
              * @description Default: the key's tenant.
              */
-            tenant_id?: string | null;
+            tenant_id?: string;
         };
         /**
          * ForgetRequested
@@ -599,6 +706,7 @@ export interface components {
             /**
              * Requested At
              * Format: date-time
+             * @example 2024-05-01T09:30:00Z
              */
             requested_at: string;
             /**
@@ -619,6 +727,51 @@ export interface components {
              * @description Tenant the record belongs to.
              */
             tenant_id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "ForgetRequested";
+        };
+        /**
+         * ForgetRequested
+         * @description Deletion is an event too: views drop everything inside the scope when they see it.
+         */
+        ForgetRequestedIn: {
+            /**
+             * Event Id
+             * @description Producer-chosen id, unique within the conversation (a UUID is best). Duplicates are harmless: views keep the first.
+             */
+            event_id: string;
+            /**
+             * Reason
+             * @default null
+             */
+            reason: string | null;
+            /**
+             * Requested At
+             * Format: date-time
+             * @example 2024-05-01T09:30:00Z
+             */
+            requested_at: string;
+            /**
+             * Requested By
+             * @description Who asked: the API key id, or cli:<user>@<host> (the audit trail).
+             * @default null
+             */
+            requested_by: string | null;
+            /**
+             * Schema Version
+             * @default 1
+             * @constant
+             */
+            schema_version: 1;
+            scope: components["schemas"]["ForgetScope"];
+            /**
+             * Tenant Id
+             * @description Default: the key's tenant.
+             */
+            tenant_id?: string;
             /**
              * @description discriminator enum property added by openapi-typescript
              * @enum {string}
@@ -666,6 +819,7 @@ export interface components {
             agent_id: string | null;
             /**
              * Conversation Id
+             * @description For levels conversation, session and turn.
              * @default null
              */
             conversation_id: string | null;
@@ -688,14 +842,39 @@ export interface components {
             occurred_before: string | null;
             /**
              * Session Id
+             * @description For level=session.
              * @default null
              */
             session_id: string | null;
-        };
-        /** HTTPValidationError */
-        HTTPValidationError: {
-            /** Detail */
-            detail?: components["schemas"]["ValidationError"][];
+        } & ({
+            /** @constant */
+            level: "tenant";
+        } | {
+            conversation_id: string;
+            /** @constant */
+            level: "conversation";
+        } | {
+            conversation_id: string;
+            /** @constant */
+            level: "session";
+            session_id: string;
+        } | {
+            conversation_id: string;
+            event_id: string;
+            /** @constant */
+            level: "turn";
+        } | {
+            agent_id: string;
+            /** @constant */
+            level: "agent";
+        });
+        /** Healthy */
+        Healthy: {
+            /**
+             * Ok
+             * @constant
+             */
+            ok: true;
         };
         /** ItemOutcome */
         ItemOutcome: {
@@ -731,10 +910,75 @@ export interface components {
              */
             status: "accepted" | "rejected" | "failed";
         };
+        /** KeyChange */
+        KeyChange: {
+            /** Active */
+            active: boolean;
+            /**
+             * Control Offset
+             * @description POST /v1/wait with it returns once every process enforces the change.
+             */
+            control_offset: number;
+            /** Created At */
+            created_at: string;
+            /** Created By */
+            created_by: string;
+            /** Key Id */
+            key_id: string;
+            /** Name */
+            name: string;
+            /** Previous Secret Valid Until */
+            previous_secret_valid_until: string | null;
+            /** Revoked At */
+            revoked_at: string | null;
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "reader" | "writer" | "admin";
+            /** Rotated At */
+            rotated_at: string | null;
+            /** Tenant Id */
+            tenant_id: string | null;
+        };
+        /** KeyInfo */
+        KeyInfo: {
+            /** Active */
+            active: boolean;
+            /** Created At */
+            created_at: string;
+            /** Created By */
+            created_by: string;
+            /** Key Id */
+            key_id: string;
+            /** Name */
+            name: string;
+            /** Previous Secret Valid Until */
+            previous_secret_valid_until: string | null;
+            /** Revoked At */
+            revoked_at: string | null;
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "reader" | "writer" | "admin";
+            /** Rotated At */
+            rotated_at: string | null;
+            /** Tenant Id */
+            tenant_id: string | null;
+        };
+        /** KeyList */
+        KeyList: {
+            /** Keys */
+            keys: components["schemas"]["KeyInfo"][];
+            /** Next Cursor */
+            next_cursor: string | null;
+        };
         /** NewKey */
         NewKey: {
             /**
              * Name
+             * @description What the key is for (shown in listings and the audit trail).
              * @default
              */
             name: string;
@@ -745,9 +989,84 @@ export interface components {
             role: "reader" | "writer" | "admin";
             /**
              * Tenant Id
-             * @description Required for reader and writer keys; none for admin keys.
+             * @description Required for reader and writer keys; absent for admin keys.
              */
-            tenant_id?: string | null;
+            tenant_id?: string;
+        } & ({
+            /** @constant */
+            role?: "admin";
+        } | {
+            /** @enum {unknown} */
+            role?: "reader" | "writer";
+            tenant_id: string;
+        });
+        /** NewSecret */
+        NewSecret: {
+            /** Active */
+            active: boolean;
+            /**
+             * Control Offset
+             * @description POST /v1/wait with it returns once every process enforces the change.
+             */
+            control_offset: number;
+            /** Created At */
+            created_at: string;
+            /** Created By */
+            created_by: string;
+            /**
+             * Key
+             * @description The secret key: shown here once, stored nowhere.
+             */
+            key: string;
+            /** Key Id */
+            key_id: string;
+            /** Name */
+            name: string;
+            /** Previous Secret Valid Until */
+            previous_secret_valid_until: string | null;
+            /** Revoked At */
+            revoked_at: string | null;
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "reader" | "writer" | "admin";
+            /** Rotated At */
+            rotated_at: string | null;
+            /** Tenant Id */
+            tenant_id: string | null;
+        };
+        /**
+         * Projection
+         * @description One projection as the ops snapshot shows it.
+         */
+        Projection: {
+            /** Backend */
+            backend: string;
+            /** Errors */
+            errors: number;
+            /** Generation */
+            generation: number | null;
+            /** Lag Events */
+            lag_events: number;
+            /** Lag Seconds */
+            lag_seconds: number;
+            /** Last Error */
+            last_error: string | null;
+            /** Name */
+            name: string;
+            /** Partitions */
+            partitions: {
+                [key: string]: unknown;
+            }[];
+            /** Paused */
+            paused: boolean;
+            /** Rate */
+            rate: number;
+            /** Rebuilding */
+            rebuilding: unknown[];
+            /** Status */
+            status: string;
         };
         /** Rotation */
         Rotation: {
@@ -784,11 +1103,17 @@ export interface components {
              * @default 25
              */
             max_turns: number;
-            /** Question */
+            /**
+             * Question
+             * @description Not blank.
+             */
             question: string;
             /** Session Id */
             session_id?: string | null;
-            /** Since */
+            /**
+             * Since
+             * @description Only turns that happened at or after this time.
+             */
             since?: string | null;
             /**
              * Strategy
@@ -801,7 +1126,10 @@ export interface components {
              * @description Default: the key's tenant (admin keys must name one).
              */
             tenant_id?: string | null;
-            /** Until */
+            /**
+             * Until
+             * @description Only turns that happened at or before this time (before `since`: an empty range, no evidence).
+             */
             until?: string | null;
         };
         /** SearchResponse */
@@ -842,6 +1170,134 @@ export interface components {
              */
             token: string;
         };
+        /** SignedIn */
+        SignedIn: {
+            /** Expires In Seconds */
+            expires_in_seconds: number;
+            /**
+             * Signed In
+             * @constant
+             */
+            signed_in: true;
+        };
+        /** SignedOut */
+        SignedOut: {
+            /**
+             * Signed In
+             * @constant
+             */
+            signed_in: false;
+        };
+        /** Snapshot */
+        Snapshot: {
+            /**
+             * Auth Mode
+             * @enum {string}
+             */
+            auth_mode: "api-keys" | "insecure-no-auth";
+            /** Dead Letters */
+            dead_letters: {
+                [key: string]: unknown;
+            };
+            /** Forgetting */
+            forgetting: {
+                [key: string]: unknown;
+            };
+            /** Freshness */
+            freshness: {
+                [key: string]: unknown;
+            };
+            /** History */
+            history: {
+                [key: string]: unknown;
+            }[];
+            /** Log Backend */
+            log_backend: string;
+            /** Mode */
+            mode: string;
+            /** Projections */
+            projections: components["schemas"]["Projection"][];
+            /** Queries */
+            queries: {
+                [key: string]: unknown;
+            };
+            /** Time */
+            time: number;
+            /** Topic */
+            topic: string;
+            /** Window Seconds */
+            window_seconds: number;
+        };
+        /** Status */
+        Status: {
+            auth: components["schemas"]["AuthInfo"];
+            /** Views */
+            views: components["schemas"]["ViewStatus"][];
+        };
+        /**
+         * StoredTurn
+         * @description A turn as it was published, where it is on the log, and the corrections of it.
+         */
+        StoredTurn: {
+            /** Agent Id */
+            agent_id: string;
+            /** Attachments */
+            attachments: components["schemas"]["Attachment"][];
+            /** Conversation Id */
+            conversation_id: string;
+            /** Event Id */
+            event_id: string;
+            /** Metadata */
+            metadata: {
+                [key: string]: string | number | boolean | null;
+            };
+            /**
+             * Occurred At
+             * Format: date-time
+             */
+            occurred_at: string;
+            /** Offset */
+            offset: number;
+            /** Partition */
+            partition: number;
+            /** Role */
+            role: string;
+            /** Session Id */
+            session_id: string;
+            /** Source Ref */
+            source_ref: string | null;
+            /** Speaker */
+            speaker: string;
+            /** Superseded By */
+            superseded_by: string[];
+            /** Supersedes */
+            supersedes: string | null;
+            /** Tenant Id */
+            tenant_id: string;
+            /** Text */
+            text: string;
+            /** Turn Id */
+            turn_id: string;
+            /** Turn Index */
+            turn_index: number;
+        };
+        /** TurnHistory */
+        TurnHistory: {
+            /** Event Id */
+            event_id: string;
+            /**
+             * Versions
+             * @description The turn the corrections start from, then each correction, oldest first.
+             */
+            versions: components["schemas"]["StoredTurn"][];
+        };
+        /** TurnPage */
+        TurnPage: {
+            /** Next Cursor */
+            next_cursor: string | null;
+            /** Turns */
+            turns: components["schemas"]["StoredTurn"][];
+        };
         /**
          * TurnRecorded
          * @description One turn of an agent conversation: an utterance, an action or a tool observation.
@@ -871,7 +1327,8 @@ export interface components {
             /**
              * Occurred At
              * Format: date-time
-             * @description When the turn happened (not when it was ingested). Must carry a UTC offset, and lie in [1900-01-01, 2200-01-01) UTC.
+             * @description When the turn happened (not when it was ingested): RFC 3339 with a UTC offset, written with a year in 1900-2199.
+             * @example 2024-05-01T09:30:00Z
              */
             occurred_at: string;
             /**
@@ -894,8 +1351,11 @@ export interface components {
              * @default null
              */
             source_ref: string | null;
-            /** Speaker */
-            speaker: string;
+            /**
+             * Speaker
+             * @description Who spoke: not blank, no control or bidirectional-control characters.
+             */
+            speaker: string & (unknown & unknown);
             /**
              * Supersedes
              * @description The event id of a turn of the same conversation that this turn corrects: searches return this turn instead, and the turn's history keeps both.
@@ -907,7 +1367,10 @@ export interface components {
              * @description Tenant the record belongs to.
              */
             tenant_id: string;
-            /** Text */
+            /**
+             * Text
+             * @description What was said. A turn needs text or an attachment with text.
+             */
             text: string;
             /**
              * Turn Index
@@ -915,11 +1378,118 @@ export interface components {
              */
             turn_index: number;
             /**
+             * Type
+             * @default TurnRecorded
+             * @constant
+             */
+            type: "TurnRecorded";
+        } & (({
+            text?: string;
+        } | {
+            attachments: unknown[];
+        }) & {
+            /**
              * @description discriminator enum property added by openapi-typescript
              * @enum {string}
              */
             type: "TurnRecorded";
-        };
+        });
+        /**
+         * TurnRecorded
+         * @description One turn of an agent conversation: an utterance, an action or a tool observation.
+         */
+        TurnRecordedIn: {
+            /**
+             * Agent Id
+             * @description Agent that published the turn.
+             */
+            agent_id: string;
+            /**
+             * Attachments
+             * @default []
+             */
+            attachments: components["schemas"]["Attachment"][];
+            /** Conversation Id */
+            conversation_id: string;
+            /**
+             * Event Id
+             * @description Producer-chosen id, unique within the conversation (a UUID is best). Duplicates are harmless: views keep the first.
+             */
+            event_id: string;
+            /** Metadata */
+            metadata?: {
+                [key: string]: string | number | boolean | null;
+            };
+            /**
+             * Occurred At
+             * Format: date-time
+             * @description When the turn happened (not when it was ingested): RFC 3339 with a UTC offset, written with a year in 1900-2199.
+             * @example 2024-05-01T09:30:00Z
+             */
+            occurred_at: string;
+            /**
+             * Role
+             * @default user
+             * @enum {string}
+             */
+            role: "user" | "assistant" | "agent" | "tool" | "system";
+            /**
+             * Schema Version
+             * @default 1
+             * @constant
+             */
+            schema_version: 1;
+            /** Session Id */
+            session_id: string;
+            /**
+             * Source Ref
+             * @description The producer's own reference for the turn (e.g. LoCoMo's dia_id).
+             * @default null
+             */
+            source_ref: string | null;
+            /**
+             * Speaker
+             * @description Who spoke: not blank, no control or bidirectional-control characters.
+             */
+            speaker: string & (unknown & unknown);
+            /**
+             * Supersedes
+             * @description The event id of a turn of the same conversation that this turn corrects: searches return this turn instead, and the turn's history keeps both.
+             * @default null
+             */
+            supersedes: string | null;
+            /**
+             * Tenant Id
+             * @description Default: the key's tenant.
+             */
+            tenant_id?: string;
+            /**
+             * Text
+             * @description What was said. A turn needs text or an attachment with text.
+             */
+            text: string;
+            /**
+             * Turn Index
+             * @description Producer's index of the turn inside its session.
+             */
+            turn_index: number;
+            /**
+             * Type
+             * @default TurnRecorded
+             * @constant
+             */
+            type: "TurnRecorded";
+        } & (({
+            text?: string;
+        } | {
+            attachments: unknown[];
+        }) & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "TurnRecorded";
+        });
         /** TurnRef */
         TurnRef: {
             /** Event Id */
@@ -944,18 +1514,50 @@ export interface components {
             /** Turn Id */
             turn_id: string;
         };
-        /** ValidationError */
-        ValidationError: {
-            /** Context */
-            ctx?: Record<string, never>;
-            /** Input */
-            input?: unknown;
-            /** Location */
-            loc: (string | number)[];
-            /** Message */
-            msg: string;
-            /** Error Type */
-            type: string;
+        /** ViewStatus */
+        ViewStatus: {
+            /** Backend */
+            backend: string;
+            /**
+             * Caught Up
+             * @description Tenant keys: whether the view has processed everything.
+             */
+            caught_up?: boolean | null;
+            /**
+             * End Offsets
+             * @description Admin keys: partition -> the log's end.
+             */
+            end_offsets?: {
+                [key: string]: number;
+            } | null;
+            /**
+             * Generation
+             * @description Admin keys: the live generation.
+             */
+            generation?: number | null;
+            /** Lag Events */
+            lag_events: number;
+            /** Lag Seconds */
+            lag_seconds: number;
+            /** Partition Lag Seconds */
+            partition_lag_seconds?: {
+                [key: string]: number;
+            } | null;
+            /** Paused */
+            paused: boolean;
+            /**
+             * Positions
+             * @description Admin keys: partition -> the view's position.
+             */
+            positions?: {
+                [key: string]: number;
+            } | null;
+            /** Rebuilding */
+            rebuilding?: unknown[] | null;
+            /** Unavailable */
+            unavailable?: string | null;
+            /** View */
+            view: string;
         };
         /** WaitRequest */
         WaitRequest: {
@@ -973,14 +1575,20 @@ export interface components {
             };
             /**
              * Timeout Seconds
+             * @description At most MEMSTREAM_API_MAX_WAIT_SECONDS; default 10 s, or that if shorter (the document served states this server's).
              * @default 10
              */
             timeout_seconds: number;
         };
         /** WaitResult */
         WaitResult: {
-            /** Caught Up */
+            /**
+             * Caught Up
+             * @description False: the timeout passed first (`reason` says what was missing); wait again.
+             */
             caught_up: boolean;
+            /** Reason */
+            reason?: string | null;
         };
     };
     responses: never;
@@ -1000,12 +1608,23 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Successful Response */
+            /** @description The page */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1020,13 +1639,23 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Successful Response */
+            /** @description The asset */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "text/css": string;
+                    "text/javascript": string;
+                };
+            };
+            /** @description What the request names does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             /** @description Validation Error */
@@ -1035,7 +1664,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
         };
@@ -1059,7 +1688,52 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["SignedIn"];
+                };
+            };
+            /** @description The body is not valid UTF-8 JSON memstream accepts (depth, size of numbers), or a cursor this API did not give out */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not the ops token or an admin key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body, or the batch, is larger than the limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body is not JSON (application/json; JSON Lines where stated) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             /** @description Validation Error */
@@ -1068,7 +1742,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
         };
@@ -1088,7 +1771,52 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["SignedOut"];
+                };
+            };
+            /** @description The body is not valid UTF-8 JSON memstream accepts (depth, size of numbers), or a cursor this API did not give out */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body, or the batch, is larger than the limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body is not JSON (application/json; JSON Lines where stated) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
         };
@@ -1108,7 +1836,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["Healthy"];
                 };
             };
         };
@@ -1122,33 +1850,50 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Successful Response */
+            /** @description Prometheus text exposition format */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "text/plain": string;
+                };
             };
             /** @description Missing or unknown key */
             401: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1175,7 +1920,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["AuditPage"];
+                };
+            };
+            /** @description The body is not valid UTF-8 JSON memstream accepts (depth, size of numbers), or a cursor this API did not give out */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             /** @description Missing or unknown key */
@@ -1183,14 +1937,18 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -1198,15 +1956,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1230,7 +1999,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["KeyList"];
+                };
+            };
+            /** @description The body is not valid UTF-8 JSON memstream accepts (depth, size of numbers), or a cursor this API did not give out */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             /** @description Missing or unknown key */
@@ -1238,14 +2016,18 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -1253,15 +2035,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1284,7 +2077,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["NewSecret"];
+                };
+            };
+            /** @description The body is not valid UTF-8 JSON memstream accepts (depth, size of numbers), or a cursor this API did not give out */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             /** @description Missing or unknown key */
@@ -1292,14 +2094,36 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body, or the batch, is larger than the limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body is not JSON (application/json; JSON Lines where stated) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -1307,15 +2131,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1324,6 +2159,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The key's public id (16 hex characters). */
                 key_id: string;
             };
             cookie?: never;
@@ -1336,7 +2172,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["KeyChange"];
+                };
+            };
+            /** @description The body is not valid UTF-8 JSON memstream accepts (depth, size of numbers), or a cursor this API did not give out */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             /** @description Missing or unknown key */
@@ -1344,14 +2189,45 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description What the request names does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body, or the batch, is larger than the limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body is not JSON (application/json; JSON Lines where stated) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -1359,15 +2235,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1376,6 +2263,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The key's public id (16 hex characters). */
                 key_id: string;
             };
             cookie?: never;
@@ -1392,7 +2280,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["NewSecret"];
+                };
+            };
+            /** @description The body is not valid UTF-8 JSON memstream accepts (depth, size of numbers), or a cursor this API did not give out */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             /** @description Missing or unknown key */
@@ -1400,14 +2297,54 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description What the request names does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The key is revoked */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body, or the batch, is larger than the limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body is not JSON (application/json; JSON Lines where stated) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -1415,15 +2352,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1432,7 +2380,8 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description One of: hierarchy, graph, lexical, dense. */
+                name: "hierarchy" | "graph" | "lexical" | "dense";
             };
             cookie?: never;
         };
@@ -1448,7 +2397,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["Projection"];
+                };
+            };
+            /** @description The body is not valid UTF-8 JSON memstream accepts (depth, size of numbers), or a cursor this API did not give out */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             /** @description Missing or unknown key */
@@ -1456,14 +2414,45 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description What the request names does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body, or the batch, is larger than the limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body is not JSON (application/json; JSON Lines where stated) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -1471,15 +2460,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1488,7 +2488,8 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description One of: hierarchy, graph, lexical, dense. */
+                name: "hierarchy" | "graph" | "lexical" | "dense";
             };
             cookie?: never;
         };
@@ -1504,7 +2505,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["Projection"];
+                };
+            };
+            /** @description The body is not valid UTF-8 JSON memstream accepts (depth, size of numbers), or a cursor this API did not give out */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             /** @description Missing or unknown key */
@@ -1512,14 +2522,45 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description What the request names does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body, or the batch, is larger than the limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body is not JSON (application/json; JSON Lines where stated) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -1527,15 +2568,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1561,19 +2613,50 @@ export interface operations {
                     "application/json": components["schemas"]["AnswerResponse"];
                 };
             };
+            /** @description No reader is configured on this server (MEMSTREAM_READER_URL), or the body is not JSON memstream accepts */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
             /** @description Missing or unknown key */
             401: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body, or the batch, is larger than the limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body is not JSON (application/json; JSON Lines where stated) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -1581,15 +2664,35 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The reader endpoint failed */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1612,7 +2715,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["DeadLetters"];
+                };
+            };
+            /** @description The body is not valid UTF-8 JSON memstream accepts (depth, size of numbers), or a cursor this API did not give out */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             /** @description Missing or unknown key */
@@ -1620,14 +2732,18 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -1635,15 +2751,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1656,10 +2783,10 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["Event"] | components["schemas"]["Event"][] | {
-                    events: components["schemas"]["Event"][];
+                "application/json": components["schemas"]["EventIn"] | components["schemas"]["EventIn"][] | {
+                    events: components["schemas"]["EventIn"][];
                 };
-                "application/x-ndjson": string;
+                "application/x-ndjson": components["schemas"]["EventIn"][];
             };
         };
         responses: {
@@ -1677,35 +2804,90 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["EventsResult"];
+                };
+            };
+            /** @description The body is not valid UTF-8 JSON memstream accepts (depth, size of numbers), or a cursor this API did not give out */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Missing or unknown key */
             401: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description Body or batch too large */
+            /** @description Every event of the request was forgotten before (a forgotten event id is refused forever); nothing was appended */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body, or the batch, is larger than the limit */
             413: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body is not JSON (application/json; JSON Lines where stated) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The request does not match this document: `details` names each field and the rule */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Over the key's rate limit (`rate_limited`), or the views are too far behind (`backlog_full`, see MEMSTREAM_API_MAX_BACKLOG); nothing was appended (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1737,14 +2919,18 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -1752,15 +2938,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1786,19 +2983,50 @@ export interface operations {
                     "application/json": components["schemas"]["ForgetResult"];
                 };
             };
+            /** @description The body is not valid UTF-8 JSON memstream accepts (depth, size of numbers), or a cursor this API did not give out */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
             /** @description Missing or unknown key */
             401: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body, or the batch, is larger than the limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body is not JSON (application/json; JSON Lines where stated) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -1806,15 +3034,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1833,7 +3072,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["Snapshot"];
                 };
             };
             /** @description Missing or unknown key */
@@ -1841,21 +3080,36 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1881,19 +3135,50 @@ export interface operations {
                     "application/json": components["schemas"]["SearchResponse"];
                 };
             };
+            /** @description The body is not valid UTF-8 JSON memstream accepts (depth, size of numbers), or a cursor this API did not give out */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
             /** @description Missing or unknown key */
             401: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body, or the batch, is larger than the limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body is not JSON (application/json; JSON Lines where stated) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -1901,15 +3186,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1928,7 +3224,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["Status"];
                 };
             };
             /** @description Missing or unknown key */
@@ -1936,21 +3232,36 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -1980,7 +3291,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["TurnPage"];
+                };
+            };
+            /** @description The body is not valid UTF-8 JSON memstream accepts (depth, size of numbers), or a cursor this API did not give out */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             /** @description Missing or unknown key */
@@ -1988,14 +3308,18 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -2003,15 +3327,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -2037,7 +3372,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["StoredTurn"];
                 };
             };
             /** @description Missing or unknown key */
@@ -2045,14 +3380,36 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description What the request names does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The event id names a turn in several conversations: name one (conversation_id) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -2060,15 +3417,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -2093,7 +3461,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["TurnHistory"];
                 };
             };
             /** @description Missing or unknown key */
@@ -2101,14 +3469,36 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description What the request names does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The event id names a turn in several conversations: name one (conversation_id) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -2116,15 +3506,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };
@@ -2150,19 +3551,59 @@ export interface operations {
                     "application/json": components["schemas"]["WaitResult"];
                 };
             };
+            /** @description The body is not valid UTF-8 JSON memstream accepts (depth, size of numbers), or a cursor this API did not give out */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
             /** @description Missing or unknown key */
             401: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description The key may not do this */
+            /** @description The key may not do this (role, tenant), or a state-changing request from a foreign origin */
             403: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A partition the topic does not have */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body, or the batch, is larger than the limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The body is not JSON (application/json; JSON Lines where stated) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
             /** @description Validation Error */
             422: {
@@ -2170,22 +3611,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HTTPValidationError"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description Over the key's rate limit (Retry-After) */
+            /** @description Over the key's rate limit, or the views are too far behind to take more (Retry-After) */
             429: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
-            /** @description Not reached within the timeout */
-            504: {
+            /** @description A store or the event log is unavailable right now; retry (Retry-After) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
             };
         };
     };

@@ -73,7 +73,7 @@ export class MemstreamError extends Error {
   }
 }
 
-/** The views did not reach the positions within the wait's timeout (the server's 504). Never retried. */
+/** The views did not reach the positions within the wait's timeout (`caught_up: false`). Never retried. */
 export class WaitTimeout extends MemstreamError {
   constructor(message: string, code: string | null, details: unknown[], requestId: string | null) {
     super(message, 504, code, details, requestId);
@@ -229,8 +229,10 @@ export class MemstreamClient {
     };
     for (;;) {
       try {
-        const result = await this.request<{ caught_up: boolean }>("POST", "/v1/wait", [200], chunk);
-        return result.caught_up;
+        const result = await this.request<{ caught_up: boolean; reason?: string | null }>("POST", "/v1/wait", [200], chunk);
+        if (result.caught_up) return true;
+        // The server's answer to a wait that ran out (older servers answer 504 instead, handled in toError).
+        throw new WaitTimeout(result.reason ?? "the views did not reach the positions in time", "timeout", [], null);
       } catch (error) {
         // A request that ran out before the wait's deadline was one chunk of a longer wait.
         if (!(error instanceof WaitTimeout) || deadline - performance.now() < 10) throw error;

@@ -7,7 +7,7 @@ the server sent. Every operation is safe to repeat: a publish carries its event 
 keep one turn per id: a repeat is a duplicate they drop), a forget repeated forgets nothing more,
 reads change nothing. (An `answer` repeated may call the reader model twice.)
 
-Waits. A wait's HTTP read timeout is its own time plus `WAIT_MARGIN`, so the server's 504 (the
+Waits. A wait's HTTP read timeout is its own time plus `WAIT_MARGIN`, so the server's answer (the
 views did not get there in time) arrives as `WaitTimeout` instead of a read timeout; a wait is
 retried only while its own time lasts (`retry_delay`'s deadline), never after it ran out.
 """
@@ -220,7 +220,9 @@ def wanted(positions: Any) -> dict[str, int]:
 def _caught_up(body: Any) -> bool:
     if isinstance(body, dict) and body.get("caught_up") is True:
         return True
-    raise errors.WaitTimeout(f"the views are not caught up: {str(body)[:200]}", body=body)
+    reason = body.get("reason") if isinstance(body, dict) else None
+    raise errors.WaitTimeout(str(reason or f"the views are not caught up: {str(body)[:200]}"), status=200, code="timeout",
+                             body=body)
 
 
 def _segment(value: str) -> str:

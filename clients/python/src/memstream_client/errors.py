@@ -79,7 +79,8 @@ class Unavailable(MemstreamError):
 
 
 class WaitTimeout(MemstreamError):
-    """`wait`: the views did not reach the positions within its timeout (the server's 504)."""
+    """`wait`: the views did not reach the positions within its timeout (the server answers
+    `caught_up: false`; servers before 0.2 answered 504)."""
 
 
 _BY_STATUS: dict[int, type[MemstreamError]] = {
