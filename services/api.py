@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from infra.registry import Registry
 from infra.settings import Settings
 from schemas.errors import ConfigurationError, MemstreamError, RateLimited, TransientError
+from services import __version__
 from services.auth import Authenticator, TokenBuckets
 from services.http_guard import EdgeGuard, error_body
 from services.ops.metrics import Metrics
@@ -178,7 +179,7 @@ def create_app(settings: Settings, *, process: bool | str = True, registry: Regi
                 state.reader.close()
             await state.pipeline.close()
 
-    app = FastAPI(title="memstream", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
+    app = FastAPI(title="memstream", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Event-sourced streaming memory for LLM agent fleets (Zero-Mem retrieval).")
     app.state.memstream = state
 

@@ -42,7 +42,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
-from importlib import metadata
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -55,13 +54,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-import memstream_client
 from memstream_client import (AsyncClient, AuthenticationError, BadRequest, MemstreamError, RateLimited, RetryPolicy,
                               TransportError, Turn, WaitTimeout)
 from memstream_client.models import AnswerResult, Evidence
 from schemas.errors import ConfigurationError
 from schemas.events import TENANT_PATTERN, Identifier
 from schemas.query import DEFAULT_MAX_TURNS, Strategy
+from services import __version__
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +80,8 @@ Positions = Annotated[dict[Annotated[str, Field(pattern=r"^[0-9]{1,9}$")], Annot
 
 
 def version() -> str:
-    """This distribution's version (the client's when memstream itself is not installed as a distribution)."""
-    try:
-        return metadata.version("memstream")
-    except metadata.PackageNotFoundError:
-        return memstream_client.__version__
+    """memstream's version (services/__init__.py)."""
+    return __version__
 
 
 # -- tool arguments and results --------------------------------------------------------------

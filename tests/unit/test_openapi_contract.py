@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from services import openapi_doc
 
 pytestmark = pytest.mark.unit
+REPO = openapi_doc.DOC.parents[1]
 
 
 def test_the_served_document_is_the_checked_in_one(tmp_path):
@@ -29,3 +30,12 @@ def test_every_listing_takes_a_cursor():
     for path in listings:
         params = {p["name"] for p in doc["paths"][path]["get"].get("parameters", [])}
         assert {"cursor", "limit"} <= params or path == "/v1/admin/audit" and "cursor" in params, f"{path} is not paginated: {params}"
+
+
+def test_the_served_version_is_the_distributions():
+    import tomllib
+
+    from services import __version__
+
+    with open(REPO / "pyproject.toml", "rb") as f:
+        assert tomllib.load(f)["project"]["version"] == __version__
