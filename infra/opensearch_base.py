@@ -53,7 +53,7 @@ from opensearchpy import exceptions as os_exc
 
 from infra.turn_docs import doc_turn, ledger_dump, micros, turn_doc
 from schemas import faults
-from schemas.errors import CredentialsRefused, MemstreamError, StoreError, TransientError
+from schemas.errors import CredentialsRefused, FormatTooNew, MemstreamError, StoreError, TransientError
 from schemas.ordering import order_turns
 from schemas.ports.views import Boundary, ChangeSet, Forget, Positions, TurnRow, ViewName, once_per_request
 
@@ -223,7 +223,7 @@ _KEYWORD = {"type": "keyword"}
 _LEDGER_MAPPINGS = {
     "dynamic": False,
     "properties": {**{name: _KEYWORD for name in ("type", "turn_id", "tenant_id", "conversation_id", "session_id", "event_id", "agent_id",
-                                                  "supersedes")},
+                                                  "supersedes", "speaker")},
                    "occurred_us": {"type": "long"}},
 }
 ERASURE_ID = "_erasure"
@@ -237,7 +237,18 @@ class OpenSearchViewBase:
     """One generation of one view in OpenSearch: its document index and its ledger index.
 
     Takes the cluster URL and an index prefix; connects lazily and creates its indices on first
-    use (or on `start()`). Subclasses define `view`, `_mappings()` and their document writes."""
+    use (or on `start()`). Subclasses define `view`, `_mappings()` and their document writes.
+
+    Formats (infra/formats.py). The format of a generation's documents is recorded in its
+    document index's mapping (`_meta.format`; none recorded: format 1). On first use an index
+    in an older format is migrated in place (`_migrate_documents`: views are derived data, and
+    every field a new format adds is computed from what the documents already hold), then
+    stamped; one in a newer format is refused (a newer release wrote it). A migration is
+    idempotent and safe beside a writer, so a reader that meets the old format first runs it too."""
+
+    # 1: before formats were recorded. Raise it (and implement `_migrate_documents`) whenever
+    # the documents' fields change.
+    format_version = 1
 
     backend = "opensearch"
     remote = True
@@ -293,9 +304,11 @@ class OpenSearchViewBase:
             with self._lock, self._translate("creating indices"):
                 if not self._ready:
                     index_settings = self._settings | ERASURE_SETTINGS
+                    ledger = {"settings": {"index": index_settings}, "mappings": _LEDGER_MAPPINGS}
+                    self._create(client, self.ledger_index, ledger)
                     if self._shared_document_index(client):
                         self._create(client, self.index, self._index_body())
-                    self._create(client, self.ledger_index, {"settings": {"index": index_settings}, "mappings": _LEDGER_MAPPINGS})
+                        self._check_format(client)
                     self._ready = True
         return client
 
@@ -312,7 +325,25 @@ class OpenSearchViewBase:
     def _index_body(self) -> dict:
         """Settings and mappings of a document index of this view."""
         settings = {"index": self._settings | ERASURE_SETTINGS} | ({"analysis": self._analysis()} if self._analysis() else {})
-        return {"settings": settings, "mappings": self._mappings()}
+        return {"settings": settings, "mappings": {**self._mappings(), "_meta": {"format": self.format_version}}}
+
+    def _check_format(self, client: OpenSearch) -> None:
+        """Migrate the document index from an older format, or refuse a newer one (class docstring)."""
+        mapping = client.indices.get_mapping(index=self.index)[self.index]["mappings"]
+        found = int(mapping.get("_meta", {}).get("format", 1))
+        if found > self.format_version:
+            raise FormatTooNew(f"OpenSearch index {self.index} at {self.url} holds the {self.view} view in format "
+                               f"{found}, written by a newer memstream (this release reads formats up to "
+                               f"{self.format_version}): run that release, or build a new generation with this one "
+                               f"(memstream replay {self.view})")
+        if found < self.format_version:
+            self._migrate_documents(client, found)
+            meta = {**mapping.get("_meta", {}), "format": self.format_version}
+            client.indices.put_mapping(index=self.index, body={"_meta": meta})
+
+    def _migrate_documents(self, client: OpenSearch, found: int) -> None:
+        """Bring the documents of format `found` to `format_version` (see the class docstring)."""
+        raise NotImplementedError(f"{type(self).__name__} has no migration from format {found}")
 
     def _create(self, client: OpenSearch, name: str, body: dict) -> None:
         if client.indices.exists(index=name):

@@ -199,3 +199,167 @@ def test_pages_of_turns_follow_time_order_and_a_cursor_survives_new_turns(store)
     assert [t.event_id for t in agent] == ["c1-s1-30", "c1-s1-1", "c1-s1-5", "c1-s1-20"]  # a1 (turn 3 is superseded)
     assert store.page_turns(Boundary("t2"), None, 100) == []
     assert store.turns_by_event("t1", "c1-s1-0", "c2") == [] and len(store.turns_by_event("t1", "c1-s1-0")) == 1
+
+
+# -- the bounded query path's reads -------------------------------------------------------------
+SPEAKERS = {("t1", "c1"): ("Ann", "Bob"), ("t1", "c2"): ("Cy",), ("t2", "c1"): ("Zed",), ("t2", "c2"): ("Zed",)}
+
+
+def _speaking(rows):
+    """forgetting.dataset() with speakers of their own per conversation (Ann and Bob take turns in t1's c1)."""
+    from dataclasses import replace
+
+    def speaker(r):
+        names = SPEAKERS[(r.tenant_id, r.conversation_id)]
+        return names[r.turn_index % len(names)]
+
+    return [replace(r, speaker=speaker(r)) for r in rows]
+
+
+def _held(rows) -> dict[str, list[str]]:
+    """What `containing` must say for `rows`' turns: the windows and episodes of their sessions that hold each."""
+    out: dict[str, list[str]] = {}
+    for session in forgetting.sessions(rows).values():
+        for u in units(session):
+            if u.kind != "turn":
+                for t in u.turn_ids:
+                    out.setdefault(t, []).append(u.unit_id)
+    return {t: sorted(ids) for t, ids in out.items()}
+
+
+def _check_bounded_reads(store, rows) -> None:
+    """speakers, size, latest, session_starts, units_by_keys and containing against what `rows` (the
+    turns the store holds) say, for each tenant and a few boundaries."""
+    from datetime import timedelta
+
+    from schemas.units import unit_key
+    from tests.contracts.builders import T0
+
+    for tenant in ("t1", "t2", "t3"):
+        mine = [r for r in rows if r.tenant_id == tenant]
+        for convs, sessions in ((None, None), (("c1",), None), (("c1",), ("s2",)), (("c2", "c9"), ("s1", "s2")),
+                                ((), None)):
+            inside = [r for r in mine if convs is None or r.conversation_id in convs]
+            # Sessions, agents and times narrow `latest` only as the docstrings say: the sessions do, the rest never.
+            b = Boundary(tenant, convs, sessions, agent_ids=("a2",), since=T0 + timedelta(minutes=15),
+                         until=T0 + timedelta(minutes=25))
+            assert store.speakers(b) == sorted({r.speaker for r in inside}), (tenant, convs)
+            assert store.size(b) == len(inside), (tenant, convs)
+            latest = [r.occurred_at for r in inside if sessions is None or r.session_id in sessions]
+            assert store.latest(b) == (max(latest) if latest else None), (tenant, convs, sessions)
+        asked = [(c, s) for c in ("c1", "c2", "c9") for s in ("s1", "s2", "s9")]
+        starts = {k: min(r.occurred_at for r in v) for k, v in forgetting.sessions(mine).items()}
+        assert store.session_starts(tenant, asked) == {(c, s): t for (_, c, s), t in starts.items()}, tenant
+        others = [r for r in rows if r.tenant_id != tenant]
+        expected = {unit_key(u.unit_id): u for s in forgetting.sessions(mine).values() for u in units(s)}
+        their_keys = [unit_key(u.unit_id) for s in forgetting.sessions(others).values() for u in units(s)]
+        assert store.units_by_keys(tenant, [*expected, *their_keys, 12345]) == expected, tenant
+        assert store.containing(tenant, [r.turn_id for r in mine] + ["t_unknown"]) == _held(mine), tenant
+
+
+def test_bounded_reads_answer_what_the_boundarys_turns_say(store):
+    rows = _speaking(forgetting.dataset())
+    forgetting.write(store, MODEL, [r for r in rows if r.tenant_id == "t2"])
+    forgetting.write(store, MODEL, [r for r in rows if r.tenant_id == "t1"])
+    _check_bounded_reads(store, rows)
+    assert store.units_by_keys("t1", []) == {} and store.containing("t1", []) == {}
+    assert store.session_starts("t1", []) == {}
+
+
+def _embedded_containing_ignores_the_tenant(request):
+    if request.node.callspec.params["store"] == "sqlite":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "SqliteUnitStore.containing reads unit_members by turn id alone and never checks the tenant "
+            "(another tenant's turn ids are answered)")))
+
+
+def test_containing_never_answers_for_another_tenants_turns(store, request):
+    """Like every read of the port that takes a tenant: another tenant's ids are absent."""
+    _embedded_containing_ignores_the_tenant(request)
+    rows = forgetting.dataset()
+    forgetting.write(store, MODEL, rows)
+    theirs = [r.turn_id for r in rows if r.tenant_id == "t2"]
+    assert store.containing("t2", theirs) == _held([r for r in rows if r.tenant_id == "t2"])
+    assert store.containing("t1", theirs) == {}
+
+
+def test_bounded_reads_follow_late_turns_and_forgets(store):
+    """A late turn re-cuts its session's windows (the same window ids, other members: the
+    documents replaced), and forgets — partial ones re-cut their sessions too — take turns,
+    speakers and units out at once."""
+    from schemas.units import unit_key
+
+    rows = _speaking(forgetting.dataset())
+    forgetting.write(store, MODEL, rows)
+    first = {u.unit_id: u for u in units(forgetting.sessions(rows)[("t1", "c1", "s1")])}
+    late = row(9, "a late turn between the first two", conv="c1", session="s1", agent="a2", speaker="Dee", minutes=5)
+    forgetting.write(store, MODEL, [late])
+    rows.append(late)
+    now = {u.unit_id: u for u in units(forgetting.sessions(rows)[("t1", "c1", "s1")])}
+    recut = [uid for uid in set(first) & set(now) if first[uid].turn_ids != now[uid].turn_ids]
+    assert recut  # the case under test: a window kept its id and changed its members
+    _check_bounded_reads(store, rows)
+    assert store.units_by_keys("t1", [unit_key(u) for u in recut]) == {unit_key(u): now[u] for u in recut}
+    # A partial forget (one turn, the session re-cut without it), then an agent's turns (several
+    # sessions re-cut), then a whole conversation.
+    for scope in (ForgetScope(level="turn", conversation_id="c1", event_id=late.event_id),
+                  ForgetScope(level="agent", agent_id="a2"), ForgetScope(level="conversation", conversation_id="c1")):
+        gone = forgetting.covered(scope, rows)
+        forgetting.forget(store, MODEL, scope)
+        rows = [r for r in rows if r.turn_id not in gone]
+        _check_bounded_reads(store, rows)
+        assert not set(store.containing("t1", sorted(gone))), scope
+
+
+def _as_format_2_sqlite(store):
+    """The file as format 2 wrote it: no keys, members or speakers tables."""
+    import sqlite3
+
+    store.close()
+    conn = sqlite3.connect(store.path)
+    conn.executescript("DROP TABLE unit_keys; DROP TABLE unit_members; DROP TABLE speakers; "
+                       "UPDATE meta SET value = '2' WHERE key = 'format';")
+    conn.close()
+    from infra.units.sqlite import SqliteUnitStore
+
+    return SqliteUnitStore(store.path, store.generation)
+
+
+def _as_format_1_opensearch(store):
+    """The indices as format 1 wrote them: units without their key and members, the ledger
+    without `speaker` indexed, no format recorded."""
+    from infra.opensearch_base import _LEDGER_MAPPINGS, all_hits
+    from infra.units.opensearch import OpenSearchUnitStore
+
+    client = store._os()
+    units_ = all_hits(client, store.index, {"match_all": {}})
+    stripped = [({"index": {"_index": store.index, "_id": h["_id"]}},
+                 {k: v for k, v in h["_source"].items() if k not in ("unit_key", "turn_ids")}) for h in units_]
+    client.bulk(body=[x for pair in stripped for x in pair], refresh=True)
+    client.indices.put_mapping(index=store.index, body={"_meta": {}})
+    ledger = all_hits(client, store.ledger_index, {"match_all": {}})
+    settings = client.indices.get_settings(index=store.ledger_index)[store.ledger_index]["settings"]["index"]
+    client.indices.delete(index=store.ledger_index)
+    old = {**_LEDGER_MAPPINGS, "properties": {k: v for k, v in _LEDGER_MAPPINGS["properties"].items()
+                                              if k != "speaker"}}
+    client.indices.create(index=store.ledger_index,
+                          body={"settings": {"number_of_shards": settings["number_of_shards"]}, "mappings": old})
+    body = [x for h in ledger for x in ({"index": {"_index": store.ledger_index, "_id": h["_id"]}}, h["_source"])]
+    client.bulk(body=body, refresh=True)
+    return OpenSearchUnitStore(store.url, store.prefix, store.generation)
+
+
+FORMER = {"sqlite": _as_format_2_sqlite, "opensearch": _as_format_1_opensearch}
+
+
+def test_a_generation_written_before_the_bounded_reads_answers_them(store, request):
+    """A generation written by the previous format, opened by this release: its bounded reads
+    answer as for a new one (migrated on open), and writes keep them right."""
+    rows = _speaking(forgetting.dataset())
+    forgetting.write(store, MODEL, rows)
+    old = FORMER[request.node.callspec.params["store"]](store)
+    request.addfinalizer(old.close)
+    _check_bounded_reads(old, rows)
+    late = row(9, "a late turn", conv="c2", session="s1", speaker="Eve", minutes=5)
+    forgetting.write(old, MODEL, [late])
+    _check_bounded_reads(old, [*rows, late])
