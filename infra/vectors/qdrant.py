@@ -14,6 +14,11 @@ admissible point, which `score_units` needs (HNSW with a selective filter may mi
 server finds a boundary's points through the keyword payload indexes (tenant, conversation, …)
 and scores them by brute force, so the collections are made without an HNSW graph (`m=0`):
 building one would spend the machine's cores during ingest on an index no query reads.
+
+The bounded query path's reads: `nearest` is the same filtered search with the caller's limit
+(only `limit` points travel back; without an HNSW graph the server still scores every admissible
+point, which is cheap at these sizes), `score_points` a search restricted to the named point ids,
+so its scores are computed exactly as `score_units`' are.
 """
 
 from __future__ import annotations
@@ -235,6 +240,42 @@ class QdrantVectorStore(QdrantViewBase):
                 points = self._query(collection, vector, boundary, None, ["key"])
                 out.append((np.asarray([p.payload["key"] for p in points], dtype=np.int64), np.asarray([p.score for p in points], dtype=float)))
             return out
+
+    # -- the bounded query path's reads (schemas/ports/vectors.py) -----------------------------
+    def nearest(self, collection: Collection, vector: np.ndarray, boundary: Boundary,
+                limit: int) -> tuple[np.ndarray, np.ndarray]:
+        """The server's filtered search with a limit: only `limit` points travel back. Best
+        first, ties by key (the embedded store's order)."""
+        with self._translate("searching nearest vectors"):
+            points = self._query(collection, vector, boundary, max(int(limit), 0), ["key"])
+        keys = np.fromiter((p.payload["key"] for p in points), dtype=np.int64, count=len(points))
+        scores = np.fromiter((p.score for p in points), dtype=float, count=len(points))
+        order = np.lexsort((keys, -scores))
+        return keys[order], scores[order]
+
+    def score_points(self, collection: Collection, vector: np.ndarray, boundary: Boundary,
+                     point_ids: list[str]) -> dict[str, float]:
+        """A query restricted to the named points (and the tenant): the server scores them as
+        `score_units` does, and no vector travels back. Point ids map back from their uuids."""
+        name = self._name(collection)
+        by_uuid = {point_uuid(p): p for p in dict.fromkeys(point_ids)}
+        if not by_uuid:
+            return {}
+        client = self._connection()
+        q = np.asarray(vector, dtype=np.float32).reshape(-1).tolist()
+        params = None if is_local(client) else models.SearchParams(exact=True)
+        out: dict[str, float] = {}
+        with self._translate("scoring named vectors"):
+            if not self._exists(name):
+                return {}
+            ids = list(by_uuid)
+            for i in range(0, len(ids), _ALL):
+                chunk = ids[i:i + _ALL]
+                flt = models.Filter(must=[match("tenant_id", boundary.tenant_id), models.HasIdCondition(has_id=chunk)])
+                for p in client.query_points(name, query=q, query_filter=flt, limit=len(chunk), with_payload=False,
+                                             search_params=params).points:
+                    out[by_uuid[str(p.id)]] = float(p.score)
+        return out
 
     def vectors(self, collection: Collection, tenant_id: str, point_ids: list[str]) -> dict[str, np.ndarray]:
         name = self._name(collection)
