@@ -66,6 +66,14 @@ Personalised PageRank runs on the server:
    power iteration starts from r and its error shrinks faster, so few iterations (the query
    service's 30 at d = 0.8) leave GDS ~1e-4 away where the embedded store is ~1e-7 away.
 
+The bounded query path (`contexts` given) does not project the boundary: it reads a
+neighbourhood with Cypher — the given contexts and the reset's, the `per_entity` strongest
+contexts of each reset entity, the entities they mention and the NEXT edges between them — and
+runs the same power iteration as the embedded store on it in memory (scipy): a neighbourhood is
+a few thousand nodes at most, which a GDS projection would cost more to build than to walk.
+Hubs are found without counting a hub's every mention: a degree is counted up to the cap that
+matters (`_degrees`), so no read of the walk grows with the boundary.
+
 Projection caching and invalidation. A projection is named
 `memstream-graph-g<gen>-<key>-<version>`: `key` hashes the boundary (tenant, conversations,
 sessions, agents, since/until) and the walk parameters (adjacency_weight, excluded labels,
@@ -82,12 +90,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import threading
 from collections import OrderedDict, defaultdict
 from types import MappingProxyType
 from typing import Iterator, Mapping
 
 import numpy as np
+import scipy.sparse as sp
 from neo4j import exceptions as neo_exc
 
 from infra.neo4j_base import connect, drop_generation_data, ensure_schema, projection_prefix, props_to_turn, translated, turn_props, utc
@@ -102,6 +112,10 @@ log = logging.getLogger(__name__)
 
 VIEW = "graph"
 NODE_KINDS = ["ner", "speaker", "keyword"]  # mention kinds that are graph edges (values are not)
+# Activated entities through which a bounded walk reaches contexts beyond the candidates: the
+# strongest ones (by reset mass, then id); the many weakly activated ones carry little of the mass.
+# The embedded store's value (infra/graph/sqlite.py), so both walk the same neighbourhood.
+REACH_ENTITIES = 32
 _BATCH = 2000  # UNWIND rows per statement
 
 _SCHEMA = [
@@ -379,7 +393,10 @@ class Neo4jGraphStore:
         everyone = self._entities(boundary)[0]
         return {e for e in entity_ids if e in everyone}
 
-    def align_entities(self, boundary: Boundary, entity_ids: list[str], vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
+    def align_entities(self, boundary: Boundary, entity_ids: list[str], vectors: np.ndarray, k: int,
+                       among: list[str] | None = None) -> list[list[EntityMatch]]:
+        if among is not None:
+            return self._align_among(boundary, entity_ids, vectors, k, among)
         exact_ids = list(entity_ids)
         everyone = self._entities(boundary)[0] if exact_ids else {}
         out: list[list[EntityMatch]] = [[EntityMatch(e, everyone[e], 1.0)] if e in everyone else [] for e in exact_ids]
@@ -404,20 +421,102 @@ class Neo4jGraphStore:
             out[r["i"]].append(EntityMatch(r["id"], r["label"], float(r["score"])))
         return out
 
+    def _align_among(self, boundary: Boundary, entity_ids: list[str], vectors: np.ndarray, k: int,
+                     among: list[str]) -> list[list[EntityMatch]]:
+        """align_entities with the cosine candidates limited to the named entities the contexts
+        `among` (of the boundary) mention; exact matches are the boundary's, looked up per entity."""
+        exact = self._mentioned(boundary, list(entity_ids), named_only=False)
+        out: list[list[EntityMatch]] = [[EntityMatch(e, exact[e], 1.0)] if e in exact else [] for e in entity_ids]
+        q = np.atleast_2d(np.asarray(vectors, dtype=np.float32)) if len(entity_ids) else np.zeros((0, 0), np.float32)
+        todo = [i for i, e in enumerate(entity_ids) if e not in exact and i < q.shape[0]]
+        if not todo or k <= 0 or not among:
+            return out
+        where, params = _scope(boundary)
+        rows = self._query(
+            "reading the named entities of candidate contexts",
+            f"MATCH (c:Context) USING INDEX c:Context(gen, turn_id) WHERE c.turn_id IN $among AND {where} "
+            "MATCH (c)-[m:MENTIONS]->(e:Entity) WHERE m.kind IN $kinds AND e.vector IS NOT NULL "
+            "RETURN DISTINCT e.entity_id AS id, e.label AS label, e.vector AS vector ORDER BY id",
+            among=list(dict.fromkeys(among)), kinds=NODE_KINDS, **params)
+        if not rows:
+            return out
+        matrix = np.asarray([r["vector"] for r in rows], dtype=np.float32)
+        # Cosines (the entities' and the queries' norms divided out, as Neo4j's own similarity does
+        # on the whole-boundary path); a zero query vector scores 0 everywhere.
+        matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+        for i in todo:
+            norm = float(np.linalg.norm(q[i]))
+            scores = matrix @ (q[i] / norm) if norm > 0 else np.zeros(len(rows), np.float32)
+            top = np.argsort(-scores, kind="stable")[:k]  # ties: entity-id order (the rows are sorted)
+            out[i] = [EntityMatch(rows[t]["id"], rows[t]["label"], float(scores[t])) for t in top]
+        return out
+
+    # The bounded reads below name their start (contexts or entities by id) with an index hint, and
+    # leave the label off the nodes they reach by relationship: a labelled node with boundary
+    # predicates lets the planner start from the boundary's index instead (a scan of the tenant or
+    # conversation per call), which is what these reads exist to avoid.
+    def _mentioned(self, b: Boundary, entity_ids: list[str], *, named_only: bool) -> dict[str, str]:
+        """entity id -> label of the given entities that a context inside the boundary mentions as
+        a graph node (named only: those with a vector). Per entity, whatever the boundary's size:
+        the existence test stops at the first mention inside the boundary."""
+        if not entity_ids:
+            return {}
+        where, params = _scope(b)
+        named = " AND e.vector IS NOT NULL" if named_only else ""
+        rows = self._query(
+            "looking up entities inside a boundary",
+            f"MATCH (e:Entity) USING INDEX e:Entity(gen, entity_id) "
+            f"WHERE e.gen = $gen AND e.entity_id IN $ids AND e.tenant_id = $tenant{named} "
+            f"AND EXISTS {{ MATCH (c)-[m:MENTIONS]->(e) WHERE m.kind IN $kinds AND {where} }} "
+            "RETURN e.entity_id AS id, e.label AS label",
+            ids=list(dict.fromkeys(entity_ids)), kinds=NODE_KINDS, **params)
+        return {r["id"]: r["label"] for r in rows}
+
+    def labels_of(self, boundary: Boundary, entity_ids: list[str]) -> dict[str, str]:
+        return self._mentioned(boundary, entity_ids, named_only=True)
+
+    def entity_degrees(self, boundary: Boundary, entity_ids: list[str]) -> dict[str, int]:
+        return self._degrees(boundary, entity_ids)
+
+    def _degrees(self, b: Boundary, entity_ids: list[str], cap: int | None = None) -> dict[str, int]:
+        """Per entity, the contexts of the boundary's conversations that mention it as a graph
+        node; with `cap`, counted up to cap + 1 only (enough to tell whether it passes the cap,
+        without walking every mention of a hub). Entities mentioned by none are absent."""
+        if not entity_ids:
+            return {}
+        where, params = _scope(Boundary(b.tenant_id, b.conversation_ids))
+        limit = "" if cap is None else " LIMIT $cap"
+        rows = self._query(
+            "counting entities' contexts",
+            "MATCH (e:Entity) USING INDEX e:Entity(gen, entity_id) WHERE e.gen = $gen AND e.entity_id IN $ids "
+            "AND e.tenant_id = $tenant "
+            f"CALL (e) {{ MATCH (c)-[m:MENTIONS]->(e) WHERE m.kind IN $kinds AND {where} RETURN c{limit} }} "
+            "RETURN e.entity_id AS id, count(c) AS n",
+            ids=list(dict.fromkeys(entity_ids)), kinds=NODE_KINDS, cap=None if cap is None else int(cap) + 1, **params)
+        return {r["id"]: int(r["n"]) for r in rows if r["n"] > 0}
+
     def entity_labels(self, boundary: Boundary) -> Mapping[str, str]:
         return self._entities(boundary)[1]
 
-    def context_mentions(self, boundary: Boundary) -> dict[str, list[tuple[str, str]]]:
+    def context_mentions(self, boundary: Boundary,
+                         context_ids: list[str] | None = None) -> dict[str, list[tuple[str, str]]]:
         where, params = _scope(boundary)
+        if context_ids is not None:  # those contexts (of the boundary) only: looked up by id
+            where = f"c.turn_id IN $ids AND {where}"
+            params["ids"] = list(dict.fromkeys(context_ids))
+        by_id = " USING INDEX c:Context(gen, turn_id)" if context_ids is not None else ""
         rows = self._query("reading a boundary's mentions",
-                           f"MATCH (c:Context) WHERE {where} MATCH (c)-[:MENTIONS]->(e:Entity) "
+                           f"MATCH (c:Context){by_id} WHERE {where} MATCH (c)-[:MENTIONS]->(e:Entity) "
                            "RETURN c.turn_id AS c, e.entity_id AS e, e.label AS label ORDER BY c, e", **params)
         out: dict[str, list[tuple[str, str]]] = defaultdict(list)
         for r in rows:
             out[r["c"]].append((r["e"], r["label"]))
         return dict(out)
 
-    def sentence_incidence(self, boundary: Boundary) -> SentenceIncidence:
+    def sentence_incidence(self, boundary: Boundary, entity_ids: list[str] | None = None) -> SentenceIncidence:
+        if entity_ids is not None:
+            return self._sentences_mentioning(boundary, entity_ids)
+
         def read() -> SentenceIncidence:
             where, params = _scope(boundary)
             rows = self._query("reading the boundary's sentences",
@@ -426,6 +525,23 @@ class Neo4jGraphStore:
             return SentenceIncidence.build((r["id"], r["c"], r["ents"]) for r in rows)
 
         return self._per_version("sentence_incidence", boundary, read)
+
+    def _sentences_mentioning(self, boundary: Boundary, entity_ids: list[str]) -> SentenceIncidence:
+        """The boundary's sentences that mention one of `entity_ids`, found from the entities:
+        a sentence's entities are mentions of its context (the projection writes them so), so
+        the contexts mentioning an entity lead to every sentence that names it."""
+        if not entity_ids:
+            return SentenceIncidence.build([])
+        where, params = _scope(boundary)
+        rows = self._query(
+            "reading the sentences that mention entities",
+            "MATCH (e:Entity) USING INDEX e:Entity(gen, entity_id) WHERE e.gen = $gen AND e.entity_id IN $ids "
+            "AND e.tenant_id = $tenant "
+            f"MATCH (c)-[:MENTIONS]->(e) WHERE {where} "
+            "MATCH (c)-[:HAS_SENTENCE]->(s) WHERE any(x IN s.entity_ids WHERE x IN $ids) "
+            "RETURN DISTINCT s.sentence_id AS id, s.context_id AS c, s.entity_ids AS ents",
+            ids=list(dict.fromkeys(entity_ids)), **params)
+        return SentenceIncidence.build((r["id"], r["c"], r["ents"]) for r in rows)
 
     def _per_version(self, what: str, boundary: Boundary, read):
         """Boundary-wide reads that every query makes are read once per boundary and data
@@ -458,10 +574,16 @@ class Neo4jGraphStore:
     # -- personalised PageRank (GDS) -----------------------------------------------------------
     def personalized_pagerank(self, boundary: Boundary, reset: dict[str, float], damping: float, *, adjacency_weight: float = 1.0,
                               exclude_labels: tuple[str, ...] = (), max_share: float = 1.0, max_iterations: int = 50,
-                              tolerance: float = 1e-7) -> dict[str, float]:
+                              tolerance: float = 1e-7, contexts: list[str] | None = None,
+                              contexts_total: int | None = None, hub_cap: int | None = None,
+                              per_entity: int = 200) -> dict[str, float]:
         sources = [[node, float(mass)] for node, mass in sorted(reset.items()) if mass > 0]
         if not sources:
             return {}
+        if contexts is not None:
+            graph = self._neighbourhood(boundary, reset, contexts, contexts_total, hub_cap, per_entity, max_share,
+                                        tuple(exclude_labels))
+            return graph.walk(dict(sources), damping, adjacency_weight, max_iterations, tolerance)
         self._require_weighted_sources()
         walk = (float(adjacency_weight), tuple(sorted(set(exclude_labels))), float(max_share))
         for attempt in (0, 1):
@@ -486,6 +608,50 @@ class Neo4jGraphStore:
                     self._node_maps.pop(name, None)
                 self._drop_projection(name)
         raise AssertionError("unreachable")
+
+    def _neighbourhood(self, b: Boundary, reset: dict[str, float], contexts: list[str], contexts_total: int | None,
+                       hub_cap: int | None, per_entity: int, max_share: float,
+                       exclude_labels: tuple[str, ...]) -> "_Neighbourhood":
+        """The part of the boundary's graph a bounded walk runs on (schemas/ports/graph.py): the
+        given contexts and the reset's that are inside the boundary, the `per_entity` strongest
+        contexts (by eq. 4 weight, then id) of each reset entity that is not a hub (the
+        REACH_ENTITIES strongest of them), every graph entity those contexts mention unless a hub
+        (degree in the boundary's conversations above `hub_cap` or `max_share` of
+        `contexts_total`), and the NEXT edges between the contexts."""
+        where, params = _scope(b)
+        limit = math.inf if hub_cap is None else hub_cap
+        reset_entities = [n for n in reset if not n.startswith("t_")]
+        degree = self._degrees(b, reset_entities, cap=hub_cap)
+        reach = sorted((e for e in reset_entities if 0 < degree.get(e, 0) <= limit),
+                       key=lambda e: (-reset[e], e))[:REACH_ENTITIES]
+        seeds = list(dict.fromkeys([*contexts, *(n for n in reset if n.startswith("t_"))]))
+        found = self._query(
+            "reading a walk's contexts",
+            f"MATCH (c:Context) USING INDEX c:Context(gen, turn_id) WHERE c.turn_id IN $seeds AND {where} "
+            "RETURN c.turn_id AS c "
+            "UNION "
+            "UNWIND $reach AS eid MATCH (e:Entity {gen: $gen, entity_id: eid}) "
+            f"CALL (e) {{ MATCH (c)-[m:MENTIONS]->(e) WHERE {where} "
+            "  RETURN c.turn_id AS c ORDER BY m.weight DESC, c ASC LIMIT $per_entity } "
+            "RETURN c", seeds=seeds, reach=reach, per_entity=max(int(per_entity), 0), **params)
+        ctx = sorted({r["c"] for r in found})
+        rows = self._query(
+            "reading a walk's neighbourhood",
+            "MATCH (c:Context) USING INDEX c:Context(gen, turn_id) WHERE c.gen = $gen AND c.turn_id IN $ctx "
+            "CALL (c) { MATCH (c)-[m:MENTIONS]->(e) WHERE m.kind IN $kinds "
+            "  RETURN collect([e.entity_id, m.weight, e.label]) AS mentions } "
+            "CALL (c) { MATCH (c)-[:NEXT]->(n) WHERE n.turn_id IN $ctx "
+            "  RETURN collect(n.turn_id) AS next } "
+            "RETURN c.turn_id AS c, mentions, next", ctx=ctx, kinds=NODE_KINDS)
+        mentions = [(r["c"], e, w, label) for r in rows for e, w, label in r["mentions"]]
+        labels = {e: label for _, e, _, label in mentions}
+        threshold = min(limit, (contexts_total or len(ctx)) * max_share)
+        # Counted up to the threshold only: a degree above it is all the filter needs to know.
+        cap = None if math.isinf(threshold) else max(math.floor(threshold), 0)
+        degree.update(self._degrees(b, [e for e in labels if e not in degree], cap=cap))
+        entities = sorted(e for e in labels if degree.get(e, 0) <= threshold)
+        kept = [(c, e, w) for c, e, w, label in mentions if label not in exclude_labels]
+        return _Neighbourhood.build(ctx, entities, kept, [(r["c"], n) for r in rows for n in r["next"]])
 
     def _require_weighted_sources(self) -> None:
         """The reset vector needs per-node source weights ([[node, bias], ...]): GDS >= 2.18."""
@@ -661,3 +827,63 @@ class Neo4jGraphStore:
                           for p in (r["p"] for r in sentences)],
             "adjacency": [[r["a"], r["b"], r["s"]] for r in adjacency],
         }
+
+
+class _Neighbourhood:
+    """A bounded walk's graph in memory: contexts then entities as nodes, eq. 4 weights on
+    entity–context edges and session adjacency between contexts (the embedded store's matrix)."""
+
+    def __init__(self, contexts: list[str], index: dict[str, int], mentions: sp.csr_matrix, adjacency: sp.csr_matrix):
+        self.contexts, self.index, self.mentions, self.adjacency = contexts, index, mentions, adjacency
+
+    @classmethod
+    def build(cls, contexts: list[str], entities: list[str], mentions: list[tuple[str, str, float]],
+              edges: list[tuple[str, str]]) -> "_Neighbourhood":
+        """`mentions`: (context, entity, weight), those of entities outside `entities` and of weight
+        0 left out; `edges`: NEXT pairs (made symmetric). Excluded entities stay nodes (reset mass
+        on them still counts) without edges, as in the whole-boundary walk."""
+        ctx_index = {c: i for i, c in enumerate(contexts)}
+        ent_index = {e: i for i, e in enumerate(entities)}
+        keep = [(ctx_index[c], ent_index[e], float(w)) for c, e, w in mentions
+                if e in ent_index and c in ctx_index and w > 0]
+        mm = sp.csr_matrix(([w for *_, w in keep], ([r for r, _, _ in keep], [c for _, c, _ in keep])),
+                           shape=(len(contexts), len(entities)), dtype=np.float64)
+        pairs = {(ctx_index[a], ctx_index[b]) for a, b in edges if a in ctx_index and b in ctx_index}
+        rows = [i for a, b in pairs for i in (a, b)]
+        cols = [i for a, b in pairs for i in (b, a)]
+        adj = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(contexts), len(contexts)), dtype=np.float64)
+        return cls(contexts, {**ctx_index, **{e: len(contexts) + i for i, e in enumerate(entities)}}, mm, adj)
+
+    def walk(self, reset: dict[str, float], damping: float, adjacency_weight: float, max_iterations: int,
+             tolerance: float) -> dict[str, float]:
+        """pi = (1-d) r + d (P^T pi + mass of dangling nodes * r), by power iteration from r."""
+        n, nc = len(self.index), len(self.contexts)
+        r = np.zeros(n)
+        for node, mass in reset.items():
+            i = self.index.get(node)
+            if i is not None and mass > 0:
+                r[i] += mass
+        if n == 0 or r.sum() <= 0:
+            return {}
+        r /= r.sum()
+        mm = self.mentions
+        if mm.shape[1] == 0:
+            A = (adjacency_weight * self.adjacency).tocsr()
+        else:
+            A = sp.bmat([[adjacency_weight * self.adjacency, mm], [mm.T, None]], format="csr", dtype=np.float64)
+        deg = np.asarray(A.sum(axis=1)).ravel()
+        inv = np.divide(1.0, deg, out=np.zeros_like(deg), where=deg > 0)
+        PT = (sp.diags(inv) @ A).T.tocsr()
+        dangling = np.flatnonzero(deg == 0)
+        base, pi = (1 - damping) * r, r.copy()
+        for it in range(max_iterations):
+            nxt = PT @ pi
+            if len(dangling):
+                nxt += pi[dangling].sum() * r
+            nxt = damping * nxt + base
+            # Tested every 5th step, as the embedded store does: both stop at the same iteration.
+            done = it % 5 == 4 and np.abs(nxt - pi).sum() < tolerance
+            pi = nxt
+            if done:
+                break
+        return dict(zip(self.contexts, pi[:nc].tolist()))

@@ -192,6 +192,15 @@ def test_reads_from_several_threads_at_once_answer_as_alone(store, request):
         "labels": lambda: dict(store.entity_labels(b)),
         "incidence": lambda: (store.sentence_incidence(b).sentence_ids, store.sentence_incidence(b).context_ids),
         "mentions": lambda: store.context_mentions(b),
+        # the bounded query path's reads
+        "bounded walk": lambda: rounded(store.personalized_pagerank(b, {ids["paris"]: 0.7, rows[2].turn_id: 0.3}, 0.6,
+                                                                    contexts=[rows[0].turn_id], hub_cap=10)),
+        "labels of": lambda: store.labels_of(b, [ids["rome"], ids["bob"], ids["kw:pasta"]]),
+        "degrees": lambda: store.entity_degrees(b, [ids["ann"], ids["rome"]]),
+        "mentions of": lambda: store.context_mentions(b, [rows[0].turn_id, rows[2].turn_id]),
+        "incidence of": lambda: store.sentence_incidence(b, entity_ids=[ids["bob"]]).sentence_ids,
+        "align among": lambda: [[(m.entity_id, round(m.score, 6)) for m in ms] for ms in store.align_entities(
+            b, [ids["bob"], entity_id("t1", "roma")], np.stack([vec("bob"), vec("rome")]), 2, among=[rows[2].turn_id])],
     })
 
 
@@ -260,3 +269,314 @@ def test_forget_erases_every_byte_of_the_forgotten_turns(store, request, tmp_pat
     got = forgetting.check_canary(store, root, _reference(request, tmp_path), MODEL, keeps_plaintext=False, probe=probe,
                                   between=ledger_has_no_text)
     print(f"graph/{name}: no plaintext ever; erased after {got['erasure_seconds']:.1f} s")
+
+
+# -- the bounded query path's reads -------------------------------------------------------------
+# Two sessions with two agents and a value (a DATE: kind "value", weight 0, not a graph node) in c1;
+# c2 and tenant t2 hold the same turns. Entities are the tenant's, shared by its conversations.
+WIDE = [  # (turn index, session, agent, minutes, mentioned names)
+    (0, "s1", "a1", 0, ["ann", "paris", "bob"]),
+    (1, "s1", "a2", 10, ["bob", "paris", "2024"]),
+    (2, "s1", "a1", 20, ["rome", "kw:pasta"]),
+    (3, "s1", "a2", 30, ["ann"]),
+    (4, "s2", "a1", 100, ["bob", "lyon"]),
+    (5, "s2", "a2", 110, ["ann", "kw:pasta", "lyon"]),
+]
+WIDE_LABELS = {**LABELS, "lyon": "GPE", "2024": "DATE"}
+VALUES = {"2024"}
+
+
+def build_wide(store, tenant="t1", conv="c1", offset=0):
+    """WIDE written the way the graph projection writes it; returns (rows, entity ids by name)."""
+    rows = [row(i, f"turn {i}", tenant=tenant, conv=conv, session=s, agent=a, minutes=m) for i, s, a, m, _ in WIDE]
+    names = sorted({n for *_, ns in WIDE for n in ns})
+    ids = {n: entity_id(tenant, n) for n in names}
+    change = GraphChangeSet(put_turns=rows)
+    change.entities = [EntityNode(ids[n], tenant, n, WIDE_LABELS[n],
+                                  np.zeros(0, np.float32) if n.startswith("kw:") else vec(n)) for n in names]
+    for r, (*_, ns) in zip(rows, WIDE):
+        nodes = [n for n in ns if n not in VALUES]
+        for n in ns:
+            kind = "value" if n in VALUES else "keyword" if n.startswith("kw:") else "ner"
+            change.mentions.append(Mention(ids[n], r.turn_id, 1, 0.0 if n in VALUES else 1 / len(nodes), kind))
+        change.sentences.append(SentenceNode(f"{r.turn_id}.s0", r.turn_id, 0, 0, 6, tuple(ids[n] for n in nodes)))
+    for session in ("s1", "s2"):
+        turns = [r for r in rows if r.session_id == session]
+        change.adjacency[(tenant, conv, session)] = [AdjacencyEdge(a.turn_id, b.turn_id, tenant, conv, session)
+                                                     for a, b in zip(turns, turns[1:])]
+    store.apply(change, {0: offset + len(rows)})
+    return rows, ids
+
+
+def _wide(store):
+    """t1's c1 and c2, and t2's c1: (rows of each, t1's entity ids, t2's)."""
+    c1, ids = build_wide(store)
+    c2, _ = build_wide(store, conv="c2", offset=10)
+    t2, ids2 = build_wide(store, tenant="t2", offset=20)
+    return c1, c2, t2, ids, ids2
+
+
+def _admitted(rows, b: Boundary):
+    """The rows (of WIDE's turns) a boundary admits: tenant, conversations, sessions, agents, times."""
+    return [r for r in rows if r.tenant_id == b.tenant_id
+            and (b.conversation_ids is None or r.conversation_id in b.conversation_ids)
+            and (b.session_ids is None or r.session_id in b.session_ids)
+            and (b.agent_ids is None or r.agent_id in b.agent_ids)
+            and (b.since is None or r.occurred_at >= b.since) and (b.until is None or r.occurred_at <= b.until)]
+
+
+def _names(r) -> list[str]:
+    return next(ns for i, *_, ns in WIDE if i == r.turn_index)
+
+
+def _wide_boundaries():
+    from datetime import timedelta
+
+    from tests.contracts.builders import T0
+
+    return [Boundary("t1"), Boundary("t1", ("c1",)), Boundary("t1", ("c1",), ("s2",)),
+            Boundary("t1", ("c1",), agent_ids=("a2",)),
+            Boundary("t1", ("c1", "c2"), since=T0 + timedelta(minutes=15), until=T0 + timedelta(minutes=105)),
+            Boundary("t1", ("c9",))]
+
+
+def test_labels_of_and_entity_degrees_answer_for_the_asked_entities(store):
+    """labels_of: the asked named entities that a context inside the boundary mentions as a graph
+    node (entity_labels restricted to them); entity_degrees: how many contexts of the boundary's
+    conversations (sessions, agents and times aside) mention each; another tenant's never."""
+    c1, c2, t2, ids, ids2 = _wide(store)
+    asked = [ids[n] for n in ids if n not in VALUES] + list(ids2.values()) + ["n_nothing"]
+    for b in _wide_boundaries():
+        inside = _admitted(c1 + c2 + t2, b)
+        named = {ids[n]: WIDE_LABELS[n] for r in inside for n in _names(r)
+                 if n not in VALUES and not n.startswith("kw:")}
+        assert store.labels_of(b, asked) == named, b
+        assert store.labels_of(b, asked) == {e: label for e, label in store.entity_labels(b).items() if e in asked}, b
+        whole = _admitted(c1 + c2 + t2, Boundary(b.tenant_id, b.conversation_ids))
+        want: dict[str, int] = {}
+        for r in whole:
+            for n in _names(r):
+                if n not in VALUES:
+                    want[ids[n]] = want.get(ids[n], 0) + 1
+        assert store.entity_degrees(b, asked) == want, b
+    assert store.labels_of(Boundary("t1"), []) == {} and store.entity_degrees(Boundary("t1"), []) == {}
+    assert store.entity_degrees(Boundary("t2"), [ids["ann"], ids2["ann"]]) == {ids2["ann"]: 3}
+
+
+def _values_are_nodes_in_the_embedded_store(request, what):
+    if request.node.callspec.params["store"] == "sqlite":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            f"SqliteGraphStore.{what} finds entities through mentions of any kind (_mentioned), so an entity mentioned "
+            "only as a value counts as mentioned, while entity_labels and align_entities without `among` count graph "
+            "nodes (ner, speaker, keyword) only, as the Neo4j store does everywhere")))
+
+
+def test_labels_of_leaves_out_what_entity_labels_leaves_out(store, request):
+    """A value (DATE, CARDINAL…) is no graph node: entity_labels leaves it out, so labels_of does."""
+    _values_are_nodes_in_the_embedded_store(request, "labels_of")
+    c1, _, _, ids, _ = _wide(store)
+    b = Boundary("t1", ("c1",))
+    assert ids["2024"] not in store.entity_labels(b)
+    assert store.labels_of(b, [ids["2024"], ids["paris"]]) == {ids["paris"]: "GPE"}
+
+
+def test_present_counts_what_the_whole_boundary_alignment_counts(store, request):
+    """present and align_entities' exact match agree on an entity mentioned only as a value."""
+    _values_are_nodes_in_the_embedded_store(request, "present")
+    c1, _, _, ids, _ = _wide(store)
+    b = Boundary("t1", ("c1",))
+    exact = [m.entity_id for m in store.align_entities(b, [ids["2024"]], np.zeros((1, 16), np.float32), 1)[0]
+             if m.score == 1.0]
+    assert store.present(b, [ids["2024"]]) == set(exact) == set()
+
+
+def test_align_among_matches_like_the_whole_boundary_alignment(store, request):
+    """With `among`, an entity exact in the boundary still matches exactly; an entity mentioned
+    only as a value does not, as without `among`."""
+    _values_are_nodes_in_the_embedded_store(request, "align_entities(among=…)")
+    c1, _, _, ids, _ = _wide(store)
+    b = Boundary("t1", ("c1",))
+    zero = np.zeros((1, 16), np.float32)
+    assert [m.score for m in store.align_entities(b, [ids["2024"]], zero, 1)[0]] != [1.0]
+    assert [m.score for m in store.align_entities(b, [ids["2024"]], zero, 1, among=[r.turn_id for r in c1])[0]] != [1.0]
+
+
+def test_align_among_takes_its_cosine_candidates_from_the_given_contexts(store):
+    c1, c2, t2, ids, ids2 = _wide(store)
+    b = Boundary("t1", ("c1",))
+    roma, q = entity_id("t1", "roma"), np.stack([vec("bob"), vec("rome"), vec("lyon")])
+    asked = [ids["bob"], roma, entity_id("t1", "lyons")]
+    by_id = {r.turn_id: r for r in c1}
+
+    def scored(matches):
+        return [[(m.entity_id, m.label, round(m.score, 5)) for m in ms] for ms in matches]
+
+    # Every context of the boundary as candidates: the whole boundary's alignment.
+    every = scored(store.align_entities(b, asked, q, 3, among=list(by_id)))
+    assert every == scored(store.align_entities(b, asked, q, 3))
+    # One context (rome and a keyword): rome alone can answer by cosine; bob is still exact.
+    exact, near, far = store.align_entities(b, asked, q, 3, among=[c1[2].turn_id])
+    assert [(m.entity_id, m.score) for m in exact] == [(ids["bob"], 1.0)]
+    assert [m.entity_id for m in near] == [ids["rome"]] and near[0].score > 0.999
+    assert [m.entity_id for m in far] == [ids["rome"]]
+    # No candidates: exact matches only; another tenant's contexts and entities never answer.
+    assert scored(store.align_entities(b, asked, q, 3, among=[])) == [[(ids["bob"], "PERSON", 1.0)], [], []]
+    got = store.align_entities(b, [ids2["bob"], roma], np.stack([vec("bob"), vec("rome")]), 3,
+                               among=[r.turn_id for r in t2])
+    assert got == [[], []]
+
+
+def test_context_mentions_and_sentence_incidence_for_given_ids(store):
+    """context_mentions(context_ids) and sentence_incidence(entity_ids) are the boundary's answers
+    restricted to what is asked; another tenant's ids give nothing."""
+    c1, c2, t2, ids, ids2 = _wide(store)
+    for b in _wide_boundaries():
+        inside = [r.turn_id for r in _admitted(c1 + c2, b)]
+        asked = inside[::2] + [r.turn_id for r in t2] + ["t_nothing"]
+        whole = store.context_mentions(b)
+        assert set(whole) == set(inside)
+        assert store.context_mentions(b, asked) == {c: m for c, m in whole.items() if c in asked}, b
+        full = store.sentence_incidence(b)
+        for names in (["bob"], ["lyon", "kw:pasta"], ["ann"], ["2024"]):
+            entities = [ids[n] for n in names] + [ids2[n] for n in names]
+            got = store.sentence_incidence(b, entity_ids=entities)
+            want = full.sentences_mentioning(entities)
+            assert sorted(got.sentence_ids) == sorted(want), (b, names)
+            for s in got.sentence_ids:  # each with all its entities, in its context
+                i, j = got.sentence_ids.index(s), full.sentence_ids.index(s)
+                assert got.context_ids[i] == full.context_ids[j]
+                mine, theirs = got.matrix[i].indices, full.matrix[j].indices
+                assert {got.entity_ids[k] for k in mine} == {full.entity_ids[k] for k in theirs}
+    assert store.sentence_incidence(Boundary("t1"), entity_ids=[]).sentence_ids == ()
+
+
+def _embedded_reads_given_ids_in_the_tenant(request, what):
+    if request.node.callspec.params["store"] == "sqlite":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            f"SqliteGraphStore.{what} checks the given ids against the tenant only, so contexts of the tenant outside "
+            "the boundary (another conversation, session, agent or time) come back")))
+
+
+def test_context_mentions_of_given_ids_stay_inside_the_boundary(store, request):
+    """The graph a query sees is its boundary's (module docstring): asked for a context of another
+    conversation or session of the tenant, context_mentions leaves it out."""
+    _embedded_reads_given_ids_in_the_tenant(request, "context_mentions(context_ids=…)")
+    c1, c2, _, _, _ = _wide(store)
+    b = Boundary("t1", ("c1",), ("s1",))
+    asked = [r.turn_id for r in c1 + c2]
+    assert set(store.context_mentions(b, asked)) == {r.turn_id for r in c1 if r.session_id == "s1"}
+
+
+# -- the bounded walk ---------------------------------------------------------------------------
+def _close(a: dict, b: dict, tol: float = 1e-6) -> bool:
+    return set(a) == set(b) and all(abs(a[k] - b[k]) < tol for k in a)
+
+
+def test_bounded_walk_on_every_context_is_the_whole_walk(store):
+    """With every context of the boundary given and no hub cap, the neighbourhood is the whole
+    boundary's graph: the walk agrees with the whole-boundary walk (excluded labels, hubs by
+    `max_share` of `contexts_total` and adjacency weights included)."""
+    c1, c2, t2, ids, _ = _wide(store)
+    reset = {ids["paris"]: 0.5, c1[2].turn_id: 0.3, ids["lyon"]: 0.2}
+    exact = dict(max_iterations=500, tolerance=1e-12)
+    for b in (Boundary("t1", ("c1",)), Boundary("t1"), Boundary("t1", ("c1",), ("s1",)),
+              Boundary("t1", ("c1",), agent_ids=("a1",))):
+        every = [r.turn_id for r in _admitted(c1 + c2 + t2, b)]
+        for walk in (dict(adjacency_weight=0.5), dict(adjacency_weight=1.0, exclude_labels=("SPEAKER",))):
+            whole = store.personalized_pagerank(b, reset, 0.6, **walk, **exact)
+            bounded = store.personalized_pagerank(b, reset, 0.6, **walk, **exact, contexts=every, hub_cap=10**6,
+                                                  per_entity=10**6)
+            assert set(whole) == set(every) and _close(bounded, whole), (b, walk)
+    b = Boundary("t1", ("c1",))
+    every = [r.turn_id for r in c1]
+    whole = store.personalized_pagerank(b, reset, 0.6, max_share=0.4, **exact)
+    bounded = store.personalized_pagerank(b, reset, 0.6, max_share=0.4, **exact, contexts=every,
+                                          contexts_total=len(every))
+    assert _close(bounded, whole)
+
+
+def test_bounded_walk_builds_its_neighbourhood_as_stated(store):
+    """The neighbourhood: the given contexts and the reset's, the `per_entity` strongest contexts of
+    each reset entity, the entities they mention but hubs (`hub_cap`, or `max_share` of
+    `contexts_total`), and the adjacency between the contexts."""
+    rows, ids = build(store)  # degrees: ann 2, bob 2, paris 2, rome 1, kw:pasta 1
+    b, t = Boundary("t1", ("c1",)), [r.turn_id for r in rows]
+    walk = dict(max_iterations=500, tolerance=1e-12)
+    # paris is mentioned by turn 0 (weight 1/3) and turn 1 (1/2): its strongest context is turn 1.
+    # (Hubs are judged against `contexts_total`, else the neighbourhood's size: four turns here.)
+    got = store.personalized_pagerank(b, {ids["paris"]: 1.0}, 0.6, contexts=[], per_entity=1, contexts_total=4, **walk)
+    assert set(got) == {t[1]}
+    got = store.personalized_pagerank(b, {ids["paris"]: 1.0}, 0.6, contexts=[], per_entity=2, contexts_total=4, **walk)
+    assert set(got) == {t[0], t[1]}
+    # hub_cap 1: ann, bob and paris are hubs. Turn 0 keeps no entity; rome reaches turn 2; turns 0
+    # and 2 are not adjacent. The walk: turn 2, rome and pasta only (turn 0 isolated, so 0).
+    small = nx.Graph([(t[2], ids["rome"], {"weight": 0.5}), (t[2], ids["kw:pasta"], {"weight": 0.5})])
+    want = nx.pagerank(small, alpha=0.6, personalization={ids["rome"]: 1.0, t[2]: 0.0, ids["kw:pasta"]: 0.0}, tol=1e-12,
+                       max_iter=1000)
+    for hubs in (dict(hub_cap=1), dict(max_share=0.3, contexts_total=4)):
+        got = store.personalized_pagerank(b, {ids["rome"]: 1.0}, 0.6, contexts=[t[0]], **hubs, **walk)
+        assert set(got) == {t[0], t[2]} and got[t[0]] == 0.0 and abs(got[t[2]] - want[t[2]]) < 1e-6, hubs
+    # A reset entity that is a hub reaches nothing, and its mass goes nowhere: an empty walk.
+    assert store.personalized_pagerank(b, {ids["ann"]: 1.0}, 0.6, contexts=[], hub_cap=1, **walk) == {}
+    # Adjacency between the given contexts carries the walk from turn 1 to turns 0 and 2.
+    got = store.personalized_pagerank(b, {t[1]: 1.0}, 0.6, adjacency_weight=1.0, contexts=[t[0], t[2]], hub_cap=1,
+                                      **walk)
+    assert set(got) == {t[0], t[1], t[2]} and got[t[0]] > 0 and got[t[2]] > 0
+
+
+def _embedded_walk_takes_any_context(request):
+    if request.node.callspec.params["store"] == "sqlite":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "SqliteGraphStore._neighbourhood puts the given and the reset's contexts in the walk without checking "
+            "them against the boundary (another conversation's or tenant's turn ids come back with scores)")))
+
+
+def test_bounded_walk_stays_inside_the_boundary(store, request):
+    """Contexts and reset ids outside the boundary (another conversation, another tenant) are
+    ignored, as in the whole-boundary walk: only the boundary's contexts come back."""
+    _embedded_walk_takes_any_context(request)
+    c1, c2, t2, ids, ids2 = _wide(store)
+    b = Boundary("t1", ("c1",))
+    reset = {c2[0].turn_id: 1.0, t2[0].turn_id: 1.0, ids2["rome"]: 1.0, ids["rome"]: 1.0}
+    asked = [c1[0].turn_id, c2[1].turn_id, t2[1].turn_id, "t_nothing"]
+    got = store.personalized_pagerank(b, reset, 0.6, contexts=asked)
+    assert got and set(got) <= {r.turn_id for r in c1}
+
+
+def test_bounded_reads_follow_writes_and_forgets(store):
+    """What the bounded reads return right after a write or a forget is what the graph holds then."""
+    c1, c2, t2, ids, _ = _wide(store)
+    b = Boundary("t1", ("c1",))
+    every = [r.turn_id for r in c1]
+
+    def seen(candidates):
+        # The walk reaches the late turn and the forgotten one (if it were there) through rome only.
+        walk = store.personalized_pagerank(b, {ids["rome"]: 1.0, ids["gelato"]: 1.0}, 0.6, contexts=candidates,
+                                           hub_cap=10)
+        return (store.labels_of(b, [ids["rome"], ids["gelato"]]),
+                store.entity_degrees(b, [ids["rome"], ids["kw:pasta"]]),
+                set(store.context_mentions(b, [c1[2].turn_id, late.turn_id])),
+                set(store.sentence_incidence(b, entity_ids=[ids["rome"]]).context_ids), set(walk),
+                [m.entity_id for m in store.align_entities(b, [entity_id("t1", "roma")], vec("rome")[None, :], 1,
+                                                            among=[c1[2].turn_id, late.turn_id])[0]])
+
+    ids["gelato"] = entity_id("t1", "gelato")
+    late = row(7, "late turn", conv="c1", session="s2", minutes=120)
+    others = [t for t in every if t != c1[2].turn_id]
+    assert seen(others) == ({ids["rome"]: "GPE"}, {ids["rome"]: 1, ids["kw:pasta"]: 2}, {c1[2].turn_id},
+                            {c1[2].turn_id}, set(every), [ids["rome"]])
+    store.apply(GraphChangeSet(
+        put_turns=[late], entities=[EntityNode(ids["gelato"], "t1", "gelato", "PRODUCT", vec("gelato"))],
+        mentions=[Mention(ids["gelato"], late.turn_id, 1, 0.5, "ner"),
+                  Mention(ids["rome"], late.turn_id, 1, 0.5, "ner")],
+        sentences=[SentenceNode(f"{late.turn_id}.s0", late.turn_id, 0, 0, 9, (ids["gelato"], ids["rome"]))]), {0: 40})
+    assert seen(others) == ({ids["rome"]: "GPE", ids["gelato"]: "PRODUCT"}, {ids["rome"]: 2, ids["kw:pasta"]: 2},
+                            {c1[2].turn_id, late.turn_id}, {c1[2].turn_id, late.turn_id}, set(every) | {late.turn_id},
+                            [ids["rome"]])
+    forget_turn = ForgetScope(level="turn", conversation_id="c1", event_id=c1[2].event_id)
+    store.apply(GraphChangeSet(forgets=[Forget("t1", forget_turn)]), {0: 41})
+    assert seen(others) == ({ids["rome"]: "GPE", ids["gelato"]: "PRODUCT"}, {ids["rome"]: 1, ids["kw:pasta"]: 1},
+                            {late.turn_id}, {late.turn_id}, set(others) | {late.turn_id}, [ids["rome"]])
+    store.apply(GraphChangeSet(forgets=[Forget("t1", ForgetScope(level="conversation", conversation_id="c1"))]),
+                {0: 42})
+    assert seen([]) == ({}, {}, set(), set(), set(), [])

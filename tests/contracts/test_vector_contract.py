@@ -124,6 +124,9 @@ def test_reads_from_several_threads_at_once_answer_as_alone(store, request):
         "score_units_many": lambda: [keyed(r) for r in store.score_units_many([("turn", q), ("window", q), ("turn", unit_vector(5))], b)],
         "vectors": lambda: {k: np.round(v, 6).tolist() for k, v in store.vectors("turn", "t1", ["p1", "p7"]).items()},
         "search": lambda: [(h.unit_id, round(h.score, 6)) for h in store.search("turn", q, b, 5)],
+        "nearest": lambda: keyed(store.nearest("turn", q, b, 5)),
+        "score_points": lambda: {k: round(v, 6) for k, v in
+                                 store.score_points("turn", q, b, ["p1", "p7", "w"]).items()},
     })
 
 
