@@ -93,6 +93,7 @@ import logging
 import math
 import threading
 from collections import OrderedDict, defaultdict
+from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Iterator, Mapping
 
@@ -116,6 +117,8 @@ NODE_KINDS = ["ner", "speaker", "keyword"]  # mention kinds that are graph edges
 # strongest ones (by reset mass, then id); the many weakly activated ones carry little of the mass.
 # The embedded store's value (infra/graph/sqlite.py), so both walk the same neighbourhood.
 REACH_ENTITIES = 32
+_UNCAPPED = 2**62  # a LIMIT no count reaches
+_PAST, _FUTURE = datetime(1, 1, 1, tzinfo=timezone.utc), datetime(9999, 12, 31, tzinfo=timezone.utc)
 _BATCH = 2000  # UNWIND rows per statement
 
 _SCHEMA = [
@@ -161,6 +164,24 @@ def _scope(b: Boundary, var: str = "c") -> tuple[str, dict]:
         cond.append(f"{var}.occurred_at <= $until")
         params["until"] = utc(b.until)
     return " AND ".join(cond), params
+
+
+def _admits(b: Boundary, var: str = "c") -> tuple[str, dict]:
+    """The boundary's condition on a Context variable as one query text, with parameters of the
+    same types, whatever parts the boundary sets (an unset list is all-admitting by its flag, an
+    unset time the far past or future), for reads that reach their contexts by id or by
+    relationship and only filter them. Neo4j caches a plan per text and parameter types; a
+    plan per boundary shape cost ~50-100 ms of planning the first time each was met."""
+    cond = (f"{var}.gen = $gen AND {var}.tenant_id = $tenant AND ($any_conv OR {var}.conversation_id IN $convs) "
+            f"AND ($any_session OR {var}.session_id IN $sessions) AND ($any_agent OR {var}.agent_id IN $agents) "
+            f"AND {var}.occurred_at >= $since AND {var}.occurred_at <= $until")
+    params: dict = {"tenant": b.tenant_id, "since": utc(b.since) if b.since is not None else _PAST,
+                    "until": utc(b.until) if b.until is not None else _FUTURE}
+    for name, flag, values in (("convs", "any_conv", b.conversation_ids), ("sessions", "any_session", b.session_ids),
+                               ("agents", "any_agent", b.agent_ids)):
+        # "\x00" is no id (schemas/events.py ID_PATTERN): a list of one string that admits nothing.
+        params[flag], params[name] = values is None, list(values) if values else ["\x00"]
+    return cond, params
 
 
 def _forget_scope(forget: Forget) -> tuple[str, dict]:
@@ -431,7 +452,7 @@ class Neo4jGraphStore:
         todo = [i for i, e in enumerate(entity_ids) if e not in exact and i < q.shape[0]]
         if not todo or k <= 0 or not among:
             return out
-        where, params = _scope(boundary)
+        where, params = _admits(boundary)
         rows = self._query(
             "reading the named entities of candidate contexts",
             f"MATCH (c:Context) USING INDEX c:Context(gen, turn_id) WHERE c.turn_id IN $among AND {where} "
@@ -454,22 +475,22 @@ class Neo4jGraphStore:
     # The bounded reads below name their start (contexts or entities by id) with an index hint, and
     # leave the label off the nodes they reach by relationship: a labelled node with boundary
     # predicates lets the planner start from the boundary's index instead (a scan of the tenant or
-    # conversation per call), which is what these reads exist to avoid.
+    # conversation per call), which is what these reads exist to avoid. Their boundary condition is
+    # `_admits`, one query text per read whatever the boundary's shape.
     def _mentioned(self, b: Boundary, entity_ids: list[str], *, named_only: bool) -> dict[str, str]:
         """entity id -> label of the given entities that a context inside the boundary mentions as
         a graph node (named only: those with a vector). Per entity, whatever the boundary's size:
         the existence test stops at the first mention inside the boundary."""
         if not entity_ids:
             return {}
-        where, params = _scope(b)
-        named = " AND e.vector IS NOT NULL" if named_only else ""
+        where, params = _admits(b)
         rows = self._query(
             "looking up entities inside a boundary",
-            f"MATCH (e:Entity) USING INDEX e:Entity(gen, entity_id) "
-            f"WHERE e.gen = $gen AND e.entity_id IN $ids AND e.tenant_id = $tenant{named} "
+            "MATCH (e:Entity) USING INDEX e:Entity(gen, entity_id) WHERE e.gen = $gen AND e.entity_id IN $ids "
+            "AND e.tenant_id = $tenant AND (NOT $named OR e.vector IS NOT NULL) "
             f"AND EXISTS {{ MATCH (c)-[m:MENTIONS]->(e) WHERE m.kind IN $kinds AND {where} }} "
             "RETURN e.entity_id AS id, e.label AS label",
-            ids=list(dict.fromkeys(entity_ids)), kinds=NODE_KINDS, **params)
+            ids=list(dict.fromkeys(entity_ids)), kinds=NODE_KINDS, named=named_only, **params)
         return {r["id"]: r["label"] for r in rows}
 
     def labels_of(self, boundary: Boundary, entity_ids: list[str]) -> dict[str, str]:
@@ -484,15 +505,15 @@ class Neo4jGraphStore:
         without walking every mention of a hub). Entities mentioned by none are absent."""
         if not entity_ids:
             return {}
-        where, params = _scope(Boundary(b.tenant_id, b.conversation_ids))
-        limit = "" if cap is None else " LIMIT $cap"
+        where, params = _admits(Boundary(b.tenant_id, b.conversation_ids))
         rows = self._query(
             "counting entities' contexts",
             "MATCH (e:Entity) USING INDEX e:Entity(gen, entity_id) WHERE e.gen = $gen AND e.entity_id IN $ids "
             "AND e.tenant_id = $tenant "
-            f"CALL (e) {{ MATCH (c)-[m:MENTIONS]->(e) WHERE m.kind IN $kinds AND {where} RETURN c{limit} }} "
+            f"CALL (e) {{ MATCH (c)-[m:MENTIONS]->(e) WHERE m.kind IN $kinds AND {where} RETURN c LIMIT $cap }} "
             "RETURN e.entity_id AS id, count(c) AS n",
-            ids=list(dict.fromkeys(entity_ids)), kinds=NODE_KINDS, cap=None if cap is None else int(cap) + 1, **params)
+            ids=list(dict.fromkeys(entity_ids)), kinds=NODE_KINDS, cap=_UNCAPPED if cap is None else int(cap) + 1,
+            **params)
         return {r["id"]: int(r["n"]) for r in rows if r["n"] > 0}
 
     def entity_labels(self, boundary: Boundary) -> Mapping[str, str]:
@@ -500,13 +521,15 @@ class Neo4jGraphStore:
 
     def context_mentions(self, boundary: Boundary,
                          context_ids: list[str] | None = None) -> dict[str, list[tuple[str, str]]]:
-        where, params = _scope(boundary)
-        if context_ids is not None:  # those contexts (of the boundary) only: looked up by id
-            where = f"c.turn_id IN $ids AND {where}"
+        if context_ids is None:
+            where, params = _scope(boundary)
+            start = f"MATCH (c:Context) WHERE {where}"
+        else:  # those contexts (of the boundary) only: looked up by id
+            where, params = _admits(boundary)
+            start = f"MATCH (c:Context) USING INDEX c:Context(gen, turn_id) WHERE c.turn_id IN $ids AND {where}"
             params["ids"] = list(dict.fromkeys(context_ids))
-        by_id = " USING INDEX c:Context(gen, turn_id)" if context_ids is not None else ""
         rows = self._query("reading a boundary's mentions",
-                           f"MATCH (c:Context){by_id} WHERE {where} MATCH (c)-[:MENTIONS]->(e:Entity) "
+                           f"{start} MATCH (c)-[:MENTIONS]->(e:Entity) "
                            "RETURN c.turn_id AS c, e.entity_id AS e, e.label AS label ORDER BY c, e", **params)
         out: dict[str, list[tuple[str, str]]] = defaultdict(list)
         for r in rows:
@@ -532,7 +555,7 @@ class Neo4jGraphStore:
         the contexts mentioning an entity lead to every sentence that names it."""
         if not entity_ids:
             return SentenceIncidence.build([])
-        where, params = _scope(boundary)
+        where, params = _admits(boundary)
         rows = self._query(
             "reading the sentences that mention entities",
             "MATCH (e:Entity) USING INDEX e:Entity(gen, entity_id) WHERE e.gen = $gen AND e.entity_id IN $ids "
@@ -618,7 +641,7 @@ class Neo4jGraphStore:
         REACH_ENTITIES strongest of them), every graph entity those contexts mention unless a hub
         (degree in the boundary's conversations above `hub_cap` or `max_share` of
         `contexts_total`), and the NEXT edges between the contexts."""
-        where, params = _scope(b)
+        where, params = _admits(b)
         limit = math.inf if hub_cap is None else hub_cap
         reset_entities = [n for n in reset if not n.startswith("t_")]
         degree = self._degrees(b, reset_entities, cap=hub_cap)

@@ -254,10 +254,31 @@ def check_units(store, ex: Example) -> None:
                      {u.unit_id for u in ex.units[t] if u.kind == kind and unit_inside(b, u)})
             assert all(u.provenance.tenant_id == t and ex.word(t) in u.text for u in got)
         only_own("get_units", store.get_units(t, [i for x in ex.tenants for i in ids(x)]), own, foreign, own)
+        check_bounded_units(store, ex, t, b)
         conv, session = ex.sessions[0]
         only_own("session_unit_ids", store.session_unit_ids(t, conv, session), own, foreign,
                  {u.unit_id for u in ex.units[t] if (u.provenance.conversation_id, u.provenance.session_id) == (conv, session)})
         check_ledger(store, ex, t)
+
+
+def check_bounded_units(store, ex: Example, t: str, b: Boundary) -> None:
+    """The bounded query path's reads (schemas/ports/unit_store.py)."""
+    keys = lambda x: [unit_key(u.unit_id) for u in ex.units[x]]  # noqa: E731
+    ids = lambda x: [u.unit_id for u in ex.units[x]]  # noqa: E731
+    got = store.units_by_keys(t, [k for x in ex.tenants for k in keys(x)])
+    only_own("units_by_keys", got, ex.own(t, keys), ex.foreign(t, keys), ex.own(t, keys))
+    assert all(unit_key(u.unit_id) == k for k, u in got.items())
+    held = store.containing(t, ex.turn_ids(t))
+    only_own("containing", {u for us in held.values() for u in us}, ex.own(t, ids), ex.foreign(t, ids),
+             {u.unit_id for u in ex.units[t] if u.kind != "turn"})
+    conversations = [r for r in ex.rows[t] if b.conversation_ids is None or r.conversation_id in b.conversation_ids]
+    assert store.size(b) == len(conversations)
+    assert store.speakers(b) == sorted({r.speaker for r in conversations})
+    latest = [r.occurred_at for r in conversations if b.session_ids is None or r.session_id in b.session_ids]
+    assert store.latest(b) == (max(latest) if latest else None)
+    starts = {(c, s): min(r.occurred_at for r in ex.rows[t] if (r.conversation_id, r.session_id) == (c, s))
+              for c, s in ex.sessions}
+    assert store.session_starts(t, ex.sessions) == starts
 
 
 def test_unit_store_returns_only_the_asking_tenants_units(unit_store, request):
@@ -343,6 +364,12 @@ def check_vectors(store, ex: Example) -> None:
             only_own(f"search({col}, {b})", [h.unit_id for h in store.search(col, q, b, 1_000)], ex.own(t, ids), ex.foreign(t, ids), expected)
             only_own(f"vectors({col})", store.vectors(col, t, [i for x in ex.tenants for i in ids(x)]), ex.own(t, ids), ex.foreign(t, ids),
                      ex.own(t, ids))
+            if col != "sentence":  # (nearest is the bounded path's read of units; sentences are scored by id)
+                nearest, _ = store.nearest(col, q, b, 1_000)
+                only_own(f"nearest({col}, {b})", nearest.tolist(), ex.own(t, keys), ex.foreign(t, keys),
+                         {unit_key(i) for i in expected})
+            only_own(f"score_points({col})", store.score_points(col, q, b, [i for x in ex.tenants for i in ids(x)]),
+                     ex.own(t, ids), ex.foreign(t, ids), ex.own(t, ids))
             conv, session = ex.sessions[0]
             only_own(f"session_point_ids({col})", store.session_point_ids(col, t, conv, session), ex.own(t, ids), ex.foreign(t, ids),
                      {p.point_id for p in mine if (p.conversation_id, p.session_id) == (conv, session)})
@@ -423,7 +450,36 @@ def check_graph(store, ex: Example) -> None:
         only_own("context_entities", ce, own_ctx, foreign_ctx, own_ctx)
         only_own("context_entities' entities", {e for es in ce.values() for e in es}, own_ent, foreign_ent)
         only_own("known_entities", store.known_entities(t, [i for x in ex.tenants for i in entities(x)]), own_ent, foreign_ent, own_ent)
+        check_bounded_graph(store, ex, t, b, entities, contexts, mentioned)
         check_ledger(store, ex, t)
+
+
+def check_bounded_graph(store, ex: Example, t: str, b: Boundary, entities, contexts: set, mentioned: set) -> None:
+    """The bounded query path's reads that take ids (schemas/ports/graph.py), asked for every
+    tenant's ids (align_entities' `among` and the neighbourhood walk have tests of their own in
+    tests/contracts/test_graph_contract.py)."""
+    own_ctx, foreign_ctx = ex.own(t, ex.turn_ids), ex.foreign(t, ex.turn_ids)
+    own_ent, foreign_ent = ex.own(t, entities), ex.foreign(t, entities)
+    all_entities = [i for x in ex.tenants for i in entities(x)]
+    labels = store.labels_of(b, all_entities)
+    only_own("labels_of", labels, own_ent, foreign_ent, set(store.entity_labels(b)))
+    in_conversations = [n for n, r in enumerate(ex.rows[t])
+                        if b.conversation_ids is None or r.conversation_id in b.conversation_ids]
+    degrees: dict[str, int] = {}
+    for n in in_conversations:
+        for e in {entity_id(t, name) for name in _names(ex, t, n)}:
+            degrees[e] = degrees.get(e, 0) + 1
+    got = store.entity_degrees(b, all_entities)
+    only_own("entity_degrees", got, own_ent, foreign_ent, set(degrees))
+    assert got == degrees
+    cm = store.context_mentions(b, [i for x in ex.tenants for i in ex.turn_ids(x)])
+    only_own("context_mentions(context_ids)", cm, own_ctx, foreign_ctx)
+    assert contexts <= set(cm)
+    only_own("context_mentions(context_ids)' entities", {e for found in cm.values() for e, _ in found}, own_ent,
+             foreign_ent)
+    inc = store.sentence_incidence(b, entity_ids=all_entities)
+    only_own("sentence_incidence(entity_ids) contexts", inc.context_ids, own_ctx, foreign_ctx, contexts)
+    only_own("sentence_incidence(entity_ids) entities", inc.entity_ids, own_ent, foreign_ent, mentioned)
 
 
 def test_graph_store_returns_only_the_asking_tenants_nodes(graph_store, request):
