@@ -467,6 +467,15 @@ def test_context_mentions_of_given_ids_stay_inside_the_boundary(store, request):
     assert set(store.context_mentions(b, asked)) == {r.turn_id for r in c1 if r.session_id == "s1"}
 
 
+def test_align_among_takes_its_candidates_inside_the_boundary(store, request):
+    """Candidate contexts outside the boundary (another session of the conversation) lend no entity."""
+    _embedded_reads_given_ids_in_the_tenant(request, "align_entities(among=…)")
+    c1, _, _, ids, _ = _wide(store)
+    b = Boundary("t1", ("c1",), ("s1",))
+    [near] = store.align_entities(b, [entity_id("t1", "lyons")], vec("lyon")[None, :], 1, among=[c1[4].turn_id])
+    assert near == []  # lyon is mentioned in s2 only
+
+
 # -- the bounded walk ---------------------------------------------------------------------------
 def _close(a: dict, b: dict, tol: float = 1e-6) -> bool:
     return set(a) == set(b) and all(abs(a[k] - b[k]) < tol for k in a)
