@@ -363,3 +363,37 @@ def test_a_generation_written_before_the_bounded_reads_answers_them(store, reque
     late = row(9, "a late turn", conv="c2", session="s1", speaker="Eve", minutes=5)
     forgetting.write(old, MODEL, [late])
     _check_bounded_reads(old, [*rows, late])
+
+
+def _as_newer_sqlite(store):
+    import sqlite3
+
+    from infra.units.sqlite import SqliteUnitStore
+
+    store.close()
+    conn = sqlite3.connect(store.path)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'format'", (str(SqliteUnitStore.format_version + 1),))
+    conn.commit()
+    conn.close()
+    return lambda: SqliteUnitStore(store.path, store.generation).positions()
+
+
+def _as_newer_opensearch(store):
+    from infra.units.opensearch import OpenSearchUnitStore
+
+    newer = {"format": OpenSearchUnitStore.format_version + 1}
+    store._os().indices.put_mapping(index=store.index, body={"_meta": newer})
+    return lambda: OpenSearchUnitStore(store.url, store.prefix, store.generation).positions()
+
+
+NEWER = {"sqlite": _as_newer_sqlite, "opensearch": _as_newer_opensearch}
+
+
+def test_a_generation_of_a_newer_format_is_refused(store, request):
+    """Written by a newer release: refused on open, never read (its fields may mean other things)."""
+    from schemas.errors import FormatTooNew
+
+    _put(store, [row(0, "a")], {0: 1})
+    reopen = NEWER[request.node.callspec.params["store"]](store)
+    with pytest.raises(FormatTooNew):
+        reopen()
