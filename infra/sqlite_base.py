@@ -187,6 +187,9 @@ class SqliteViewBase:
             conn.execute("PRAGMA synchronous=NORMAL")  # WAL+NORMAL: durable at checkpoints; views are rebuildable from the log
             conn.execute("PRAGMA busy_timeout=60000")
             conn.execute("PRAGMA secure_delete=ON")  # deleted content is overwritten with zeros (module docstring)
+            # A row that INSERT OR REPLACE replaces fires its delete triggers too: the tables the
+            # stores maintain with triggers (members, degrees, counts) then follow replacements.
+            conn.execute("PRAGMA recursive_triggers=ON")
             self._local.conn = conn
         return conn
 

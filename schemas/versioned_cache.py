@@ -57,3 +57,43 @@ class VersionedCache(Generic[V]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+class Lru:
+    """A bounded map, least recently used first out, safe across threads: for values kept by an id
+    whose value never changes (get_many answers the hits and names the misses)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_many(self, keys) -> tuple[dict, list]:
+        found, missing = {}, []
+        with self._lock:
+            for k in keys:
+                hit = self._items.get(k)
+                if hit is None:
+                    missing.append(k)
+                else:
+                    self._items.move_to_end(k)
+                    found[k] = hit
+        return found, missing
+
+    def put_many(self, items: dict) -> None:
+        with self._lock:
+            self._items.update(items)
+            for k in items:
+                self._items.move_to_end(k)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def drop(self, keys) -> None:
+        with self._lock:
+            for k in keys:
+                self._items.pop(k, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+REACH_ENTITIES = 32  # activated entities through which a bounded walk reaches contexts beyond the candidates

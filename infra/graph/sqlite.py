@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from datetime import datetime
 from dataclasses import dataclass, field
 from itertools import repeat
 from types import MappingProxyType
@@ -19,10 +20,10 @@ from typing import Mapping
 import numpy as np
 import scipy.sparse as sp
 
-from infra.sqlite_base import SqliteViewBase, _chunks, boundary_where, forget_where
+from infra.sqlite_base import SqliteViewBase, _chunks, boundary_where, forget_where, utc_iso
 from schemas.ports.graph import EntityMatch, GraphChangeSet, SentenceIncidence
 from schemas.ports.views import Boundary, Forget, Positions, TurnRow
-from schemas.versioned_cache import VersionedCache
+from schemas.versioned_cache import Lru, VersionedCache
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entities (
@@ -42,9 +43,41 @@ CREATE TABLE IF NOT EXISTS adjacency (
     source TEXT NOT NULL, target TEXT NOT NULL, tenant_id TEXT NOT NULL, conversation_id TEXT NOT NULL,
     session_id TEXT NOT NULL, PRIMARY KEY (source, target)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS adjacency_scope ON adjacency (tenant_id, conversation_id, session_id);
+CREATE INDEX IF NOT EXISTS adjacency_target ON adjacency (target);
+CREATE INDEX IF NOT EXISTS mentions_entity_scope ON mentions (entity_id, tenant_id, conversation_id);
+-- Kept by triggers in the writes' own transactions, for the bounded query path: how many contexts of
+-- each conversation mention an entity as a graph node (hubs are left out of walks), and which
+-- sentences mention it (eq. 9's incidence, read per entity instead of per boundary).
+CREATE TABLE IF NOT EXISTS entity_degree (
+    entity_id TEXT NOT NULL, tenant_id TEXT NOT NULL, conversation_id TEXT NOT NULL, contexts INTEGER NOT NULL,
+    PRIMARY KEY (entity_id, tenant_id, conversation_id)) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS mentions_degree_in AFTER INSERT ON mentions WHEN NEW.kind IN ('ner', 'speaker', 'keyword') BEGIN
+    INSERT INTO entity_degree VALUES (NEW.entity_id, NEW.tenant_id, NEW.conversation_id, 1)
+        ON CONFLICT (entity_id, tenant_id, conversation_id) DO UPDATE SET contexts = contexts + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS mentions_degree_out AFTER DELETE ON mentions WHEN OLD.kind IN ('ner', 'speaker', 'keyword') BEGIN
+    UPDATE entity_degree SET contexts = contexts - 1
+        WHERE entity_id = OLD.entity_id AND tenant_id = OLD.tenant_id AND conversation_id = OLD.conversation_id;
+    DELETE FROM entity_degree WHERE entity_id = OLD.entity_id AND tenant_id = OLD.tenant_id
+        AND conversation_id = OLD.conversation_id AND contexts <= 0;
+END;
+CREATE TABLE IF NOT EXISTS sentence_entities (
+    entity_id TEXT NOT NULL, sentence_id TEXT NOT NULL, tenant_id TEXT NOT NULL, conversation_id TEXT NOT NULL,
+    PRIMARY KEY (entity_id, sentence_id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS sentence_entities_sentence ON sentence_entities (sentence_id);
+CREATE INDEX IF NOT EXISTS sentence_entities_scope ON sentence_entities (entity_id, tenant_id, conversation_id);
+CREATE TRIGGER IF NOT EXISTS sentences_entities_in AFTER INSERT ON sentences BEGIN
+    INSERT OR IGNORE INTO sentence_entities SELECT value, NEW.sentence_id, NEW.tenant_id, NEW.conversation_id
+        FROM json_each(NEW.entity_ids);
+END;
+CREATE TRIGGER IF NOT EXISTS sentences_entities_out AFTER DELETE ON sentences BEGIN
+    DELETE FROM sentence_entities WHERE sentence_id = OLD.sentence_id;
+END;
 """
 
 NODE_KINDS = ("ner", "speaker", "keyword")  # mention kinds that are graph edges (values are not)
+ROWS_KEPT = 200_000  # contexts' mentions and sentences kept by id for the bounded path (each a few hundred bytes)
+
 
 
 @dataclass
@@ -69,10 +102,29 @@ class _Snapshot:
 class SqliteGraphStore(SqliteViewBase):
     view = "graph"
     extra_schema = _SCHEMA
+    # 3: entity_degree and sentence_entities (kept by triggers; filled from mentions and sentences on migration).
+    format_version = 3
+
+    def _migrate(self) -> None:
+        super()._migrate()
+        with self._tx() as c:
+            c.execute("DELETE FROM entity_degree")
+            c.execute("INSERT INTO entity_degree SELECT entity_id, tenant_id, conversation_id, COUNT(*) FROM mentions "
+                      "WHERE kind IN ('ner', 'speaker', 'keyword') GROUP BY entity_id, tenant_id, conversation_id")
+            c.execute("DELETE FROM sentence_entities")
+            c.execute("INSERT OR IGNORE INTO sentence_entities SELECT j.value, s.sentence_id, s.tenant_id, s.conversation_id "
+                      "FROM sentences s, json_each(s.entity_ids) j")
 
     def __init__(self, path, generation: int, cache_size: int = 64):  # conversations, as many as the corpus cache
         super().__init__(path, generation)
         self._cache: VersionedCache[_Snapshot] = VersionedCache(cache_size)
+        # The bounded path reads contexts' mentions and sentences by id, over and over for the
+        # candidates of a conversation's questions: both are written once per turn and never
+        # rewritten (a turn's analysis is its own; a forget deletes the turn's rows, after which no
+        # read asks for that turn), so they are kept by id, least recently used first out.
+        self._by_context = Lru(ROWS_KEPT)  # context id -> ((entity id, label, weight, kind), ...), tenant
+        self._by_sentence = Lru(ROWS_KEPT)  # sentence id -> (context id, entity ids, agent, occurred_at, session)
+        self._degrees = Lru(ROWS_KEPT)  # (entity id, (tenant, conversations)) -> (their versions, degree)
 
     # -- writes --------------------------------------------------------------------------
     def apply(self, change: GraphChangeSet, positions: Positions) -> None:
@@ -99,6 +151,10 @@ class SqliteGraphStore(SqliteViewBase):
                 touched.add((tenant, conv))
             self._write_positions(c, positions)
             self._bump(c, touched)
+        self._by_context.drop([t.turn_id for t in change.put_turns] + list(change.delete_turns))
+        if change.forgets:
+            self._by_context.clear()
+            self._by_sentence.clear()
 
     def _forget(self, c, forget: Forget):
         if forget.scope.partial:  # the turns' own rows; the projection recomputes their sessions' adjacency
@@ -189,7 +245,10 @@ class SqliteGraphStore(SqliteViewBase):
             context_entities=dict(ctx_entities), context_mentions=dict(labels),
         )
 
-    def align_entities(self, boundary: Boundary, entity_ids: list[str], vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
+    def align_entities(self, boundary: Boundary, entity_ids: list[str], vectors: np.ndarray, k: int,
+                       among: list[str] | None = None) -> list[list[EntityMatch]]:
+        if among is not None:
+            return self._align_among(boundary, entity_ids, vectors, k, among)
         snap = self._snapshot(boundary)
         q = np.atleast_2d(np.asarray(vectors, dtype=np.float32)) if len(entity_ids) else np.zeros((0, 0), np.float32)
         out: list[list[EntityMatch]] = []
@@ -206,6 +265,36 @@ class SqliteGraphStore(SqliteViewBase):
             out.append([EntityMatch(snap.entities[snap.named[t]], snap.entity_labels[snap.named[t]], float(scores[t])) for t in top])
         return out
 
+    def _align_among(self, boundary: Boundary, entity_ids: list[str], vectors: np.ndarray, k: int,
+                     among: list[str]) -> list[list[EntityMatch]]:
+        """align_entities with the cosine candidates limited to the named entities that the
+        contexts `among` mention (the bounded path's candidates): exact matches are the
+        boundary's, as always."""
+        exact = self._mentioned(boundary, entity_ids, named_only=False)
+        q = np.atleast_2d(np.asarray(vectors, dtype=np.float32)) if len(entity_ids) else np.zeros((0, 0), np.float32)
+        pending = [i for i, e in enumerate(entity_ids) if e not in exact and q.shape[0] > i]
+        candidates: list[tuple[str, str, np.ndarray]] = []
+        if pending and among:
+            ids: set[str] = set()
+            for found in self._context_rows(boundary, among).values():
+                ids.update(eid for eid, _, _, kind in found if kind in ("ner", "speaker"))
+            for chunk in _chunks(sorted(ids), 400):
+                candidates += [(eid, label, np.frombuffer(vec, dtype=np.float32)) for eid, label, vec in self._conn().execute(
+                    f"SELECT entity_id, label, vector FROM entities WHERE entity_id IN ({','.join('?' * len(chunk))}) "
+                    "AND length(vector) > 0 ORDER BY entity_id", chunk).fetchall()]
+        matrix = np.stack([v for _, _, v in candidates]) if candidates else None
+        out: list[list[EntityMatch]] = []
+        for i, e in enumerate(entity_ids):
+            if e in exact:
+                out.append([EntityMatch(e, exact[e], 1.0)])
+            elif matrix is None or q.shape[0] <= i:
+                out.append([])
+            else:
+                scores = matrix @ q[i]
+                top = np.argsort(-scores, kind="stable")[:k]  # ties: entity-id order
+                out.append([EntityMatch(candidates[t][0], candidates[t][1], float(scores[t])) for t in top])
+        return out
+
     def entity_labels(self, boundary: Boundary) -> Mapping[str, str]:
         snap = self._snapshot(boundary)
         if snap.named_labels is None:  # read on every query (the question's lexicon): built once per snapshot
@@ -213,14 +302,79 @@ class SqliteGraphStore(SqliteViewBase):
         return snap.named_labels
 
     def present(self, boundary: Boundary, entity_ids: list[str]) -> set[str]:
-        snap = self._snapshot(boundary)
-        return {e for e in entity_ids if e in snap.index and snap.index[e] >= len(snap.contexts)}
+        return set(self._mentioned(boundary, entity_ids, named_only=False))
 
-    def context_mentions(self, boundary: Boundary) -> dict[str, list[tuple[str, str]]]:
-        return self._snapshot(boundary).context_mentions
+    def labels_of(self, boundary: Boundary, entity_ids: list[str]) -> dict[str, str]:
+        return self._mentioned(boundary, entity_ids, named_only=True)
 
-    def sentence_incidence(self, boundary: Boundary) -> SentenceIncidence:
-        return self._snapshot(boundary).sentences
+    def _mentioned(self, b: Boundary, entity_ids: list[str], named_only: bool) -> dict[str, str]:
+        """entity id -> label of the given entities that a context inside the boundary mentions as a
+        graph node (values are not nodes; named ones only: those with a vector). Index seeks per
+        entity, whatever the boundary's size."""
+        out: dict[str, str] = {}
+        scope, scope_args = _mention_scope(b)
+        for chunk in _chunks(list(dict.fromkeys(entity_ids)), 400):
+            named = " AND length(e.vector) > 0" if named_only else ""
+            rows = self._conn().execute(
+                f"SELECT e.entity_id, e.label FROM entities e WHERE e.entity_id IN ({','.join('?' * len(chunk))}){named} "
+                f"AND EXISTS (SELECT 1 FROM mentions m{scope['join']} WHERE m.entity_id = e.entity_id "
+                f"AND m.kind IN ('ner', 'speaker', 'keyword') AND {scope['where']})",
+                (*chunk, *scope_args)).fetchall()
+            out.update(dict(rows))
+        return out
+
+    def context_mentions(self, boundary: Boundary, context_ids: list[str] | None = None) -> dict[str, list[tuple[str, str]]]:
+        if context_ids is None:
+            return self._snapshot(boundary).context_mentions
+        rows = self._context_rows(boundary, context_ids)
+        return {cid: [(eid, label) for eid, label, _, _ in found] for cid, found in rows.items() if found}
+
+    def _context_rows(self, b: Boundary, context_ids: list[str]) -> dict[str, tuple]:
+        """Each context's mentions (entity id, label, weight, kind) in entity-id order, for the
+        contexts inside the boundary; kept by id with where the context is (tenant, conversation,
+        session, agent, time), against which every read's boundary is checked."""
+        found, missing = self._by_context.get_many(dict.fromkeys(context_ids))
+        if missing:
+            fetched: dict[str, list] = {}
+            where: dict[str, tuple] = {}
+            for chunk in _chunks(missing, 400):
+                marks = ",".join("?" * len(chunk))
+                # By the primary keys: a tenant condition in SQL makes the planner walk the tenant's index.
+                for cid, tenant, conv, session, agent, at in self._conn().execute(
+                        f"SELECT turn_id, tenant_id, conversation_id, session_id, agent_id, occurred_at FROM turns "
+                        f"WHERE turn_id IN ({marks})", chunk).fetchall():
+                    where[cid] = (tenant, conv, session, agent, at)
+                    fetched[cid] = []
+                for cid, eid, label, weight, kind in self._conn().execute(
+                        f"SELECT m.context_id, m.entity_id, e.label, m.weight, m.kind FROM mentions m "
+                        f"JOIN entities e ON e.entity_id = m.entity_id WHERE m.context_id IN ({marks}) "
+                        "ORDER BY m.context_id, m.entity_id", chunk).fetchall():
+                    if cid in fetched:
+                        fetched[cid].append((eid, label, weight, kind))
+            rows = {cid: (tuple(v), where[cid]) for cid, v in fetched.items()}
+            self._by_context.put_many(rows)
+            found.update(rows)
+        return {cid: rows for cid, (rows, place) in found.items() if _inside_boundary(b, *place)}
+
+    def sentence_incidence(self, boundary: Boundary, entity_ids: list[str] | None = None) -> SentenceIncidence:
+        if entity_ids is None:
+            return self._snapshot(boundary).sentences
+        where, args = boundary_where(Boundary(boundary.tenant_id, boundary.conversation_ids), "se.")
+        sentence_ids: set[str] = set()
+        for chunk in _chunks(list(dict.fromkeys(entity_ids)), 400):
+            sentence_ids.update(r[0] for r in self._conn().execute(
+                f"SELECT se.sentence_id FROM sentence_entities se WHERE se.entity_id IN ({','.join('?' * len(chunk))}) AND {where}",
+                (*chunk, *args)).fetchall())
+        found, missing = self._by_sentence.get_many(sorted(sentence_ids))
+        for chunk in _chunks(missing, 400):
+            rows = self._conn().execute(
+                f"SELECT s.sentence_id, s.context_id, s.entity_ids, t.agent_id, t.occurred_at, t.session_id FROM sentences s "
+                f"JOIN turns t ON t.turn_id = s.context_id WHERE s.sentence_id IN ({','.join('?' * len(chunk))})", chunk).fetchall()
+            fetched = {sid: (cid, tuple(json.loads(ents)), agent, at, session) for sid, cid, ents, agent, at, session in rows}
+            self._by_sentence.put_many(fetched)
+            found.update(fetched)
+        return SentenceIncidence.build((sid, cid, ents) for sid, (cid, ents, agent, at, session) in found.items()
+                                       if _row_admitted(b=boundary, agent=agent, at=at, session=session))
 
     def context_entities(self, tenant_id: str, context_ids: list[str]) -> dict[str, set[str]]:
         out: dict[str, set[str]] = defaultdict(set)
@@ -235,8 +389,13 @@ class SqliteGraphStore(SqliteViewBase):
 
     def personalized_pagerank(self, boundary: Boundary, reset: dict[str, float], damping: float, *, adjacency_weight: float = 1.0,
                               exclude_labels: tuple[str, ...] = (), max_share: float = 1.0, max_iterations: int = 50,
-                              tolerance: float = 1e-7) -> dict[str, float]:
-        snap = self._snapshot(boundary)
+                              tolerance: float = 1e-7, contexts: list[str] | None = None, contexts_total: int | None = None,
+                              hub_cap: int | None = None, per_entity: int = 200, reach: int = 32) -> dict[str, float]:
+        if contexts is not None:
+            snap = self._neighbourhood(boundary, reset, contexts, contexts_total, hub_cap, per_entity, reach, max_share, exclude_labels)
+            max_share, exclude_labels = 1.0, ()  # applied to the neighbourhood itself, by each entity's degree in the boundary
+        else:
+            snap = self._snapshot(boundary)
         n = len(snap.index)
         r = np.zeros(n)
         if reset:  # hundreds of activated entities per query: index them in one pass
@@ -262,6 +421,76 @@ class SqliteGraphStore(SqliteViewBase):
             if done:
                 break
         return dict(zip(snap.contexts, pi[: len(snap.contexts)].tolist()))
+
+    def _neighbourhood(self, b: Boundary, reset: dict[str, float], contexts: list[str], contexts_total: int | None,
+                       hub_cap: int | None, per_entity: int, reach_entities: int, max_share: float,
+                       exclude_labels: tuple[str, ...]) -> _Snapshot:
+        """The part of the boundary's graph a bounded walk runs on: the given contexts and the reset
+        vector's, the contexts that mention the `reach_entities` most activated reset entities (the
+        `per_entity` strongest mentions of each), the entities those contexts mention and the
+        session adjacency between them. An entity whose degree in the boundary passes `hub_cap` or
+        the share `max_share` of `contexts_total` (speakers of long conversations) is left out, so no
+        step of the walk touches a number of contexts that grows with the boundary."""
+        conn = self._conn()
+        reset_contexts = [n for n in reset if n.startswith("t_")]
+        reset_entities = [n for n in reset if not n.startswith("t_")]
+        degree = self.entity_degrees(b, reset_entities)
+        limit = min(hub_cap if hub_cap is not None else float("inf"), (contexts_total or float("inf")) * max_share)
+        # The walk reaches beyond the candidates through the strongest activated entities only: the
+        # many weakly activated ones (propagation's) carry little of the reset mass.
+        reach = sorted((e for e in reset_entities if 0 < degree.get(e, 0) <= limit), key=lambda e: (-reset[e], e))[:reach_entities]
+        scope, scope_args = _mention_scope(b)
+        found = dict.fromkeys([*contexts, *reset_contexts])
+        for chunk in _chunks(reach, 100):
+            found.update(dict.fromkeys(r[0] for r in conn.execute(
+                f"SELECT context_id FROM (SELECT m.context_id, ROW_NUMBER() OVER (PARTITION BY m.entity_id ORDER BY m.weight DESC, "
+                f"m.context_id) AS n FROM mentions m{scope['join']} WHERE m.entity_id IN ({','.join('?' * len(chunk))}) "
+                f"AND {scope['where']}) WHERE n <= ?", (*chunk, *scope_args, per_entity)).fetchall()))
+        rows = self._context_rows(b, list(found))  # the contexts inside the boundary (given ids outside it are dropped)
+        ctx = sorted(rows)
+        ctx_index = {c: i for i, c in enumerate(ctx)}
+        # Mention edges in bulk: one flat list of (context row, entity, weight), node kinds only.
+        flat = [(ctx_index[cid], eid, w, label) for cid, found_rows in rows.items()
+                for eid, label, w, kind in found_rows if kind in NODE_KINDS and w > 0]
+        labels = {eid: label for _, eid, _, label in flat}
+        candidates = [e for e in labels if labels[e] not in exclude_labels]
+        degree.update(self.entity_degrees(b, [e for e in candidates if e not in degree]))
+        entities = sorted(e for e in candidates if degree.get(e, 0) <= limit)
+        ent_index = {e: i for i, e in enumerate(entities)}
+        keep = [(r, ent_index[e], w) for r, e, w, _ in flat if e in ent_index]
+        mm = sp.csr_matrix(([w for _, _, w in keep], ([r for r, _, _ in keep], [c for _, c, _ in keep])),
+                           shape=(len(ctx), len(entities)), dtype=np.float64)
+        pairs = set()
+        for chunk in _chunks(ctx, 400):
+            marks = ",".join("?" * len(chunk))
+            pairs.update(conn.execute(f"SELECT source, target FROM adjacency WHERE source IN ({marks}) OR target IN ({marks})",
+                                      (*chunk, *chunk)).fetchall())
+        edges = [(ctx_index[s_], ctx_index[t_]) for s_, t_ in pairs if s_ in ctx_index and t_ in ctx_index]
+        adj_rows = [i for s_, t_ in edges for i in (s_, t_)]
+        adj_cols = [i for s_, t_ in edges for i in (t_, s_)]
+        adj = sp.csr_matrix((np.ones(len(adj_rows)), (adj_rows, adj_cols)), shape=(len(ctx), len(ctx)), dtype=np.float64)
+        index = {**ctx_index, **{e: len(ctx) + i for i, e in enumerate(entities)}}
+        return _Snapshot(contexts=ctx, context_rows={}, entities=entities, entity_names=[""] * len(entities),
+                         entity_labels=[labels[e] for e in entities], named=[], named_vectors=np.zeros((0, 0), np.float32),
+                         index=index, mention_matrix=mm, adjacency=adj, sentences=SentenceIncidence.build([]))
+
+    def entity_degrees(self, b: Boundary, entity_ids: list[str]) -> dict[str, int]:
+        """Contexts of the boundary's conversations that mention each entity as a graph node. Kept
+        per entity and boundary until one of the boundary's conversations is written again."""
+        version = tuple(self.conversation_version(b.tenant_id, c) for c in (b.conversation_ids or (None,)))
+        scope = (b.tenant_id, b.conversation_ids)
+        kept, missing = self._degrees.get_many([(e, scope) for e in dict.fromkeys(entity_ids)])
+        out = {e: n for (e, _), (v, n) in kept.items() if v == version and n}
+        ask = [e for (e, _), (v, _) in kept.items() if v != version] + [e for e, _ in missing]
+        where, args = boundary_where(Boundary(b.tenant_id, b.conversation_ids), "d.")
+        fetched: dict[str, int] = {}
+        for chunk in _chunks(ask, 400):
+            fetched.update(dict(self._conn().execute(
+                f"SELECT d.entity_id, SUM(d.contexts) FROM entity_degree d WHERE d.entity_id IN ({','.join('?' * len(chunk))}) "
+                f"AND {where} GROUP BY d.entity_id", (*chunk, *args)).fetchall()))
+        self._degrees.put_many({(e, scope): (version, fetched.get(e, 0)) for e in ask})
+        out.update({e: n for e, n in fetched.items() if n})
+        return out
 
     @staticmethod
     def _transitions(snap: _Snapshot, adjacency_weight: float, exclude_labels: tuple[str, ...],
@@ -304,6 +533,44 @@ class SqliteGraphStore(SqliteViewBase):
                 "SELECT sentence_id, context_id, idx, start, end, entity_ids FROM sentences ORDER BY sentence_id")],
             "adjacency": [list(r) for r in conn.execute("SELECT source, target, session_id FROM adjacency ORDER BY source, target")],
         }
+
+
+def _mention_scope(b: Boundary) -> tuple[dict[str, str], list]:
+    """SQL (a join and a condition on `m`, the mentions) for mentions by contexts inside the
+    boundary: tenant and conversations from the mentions themselves; sessions, agents and times
+    through the ledger's turns when the boundary sets them."""
+    where, args = boundary_where(Boundary(b.tenant_id, b.conversation_ids), "m.")
+    if b.session_ids is None and b.agent_ids is None and b.since is None and b.until is None:
+        return {"join": "", "where": where}, args
+    cond, extra = [where], list(args)
+    if b.session_ids is not None:
+        cond.append(f"t.session_id IN ({','.join('?' * len(b.session_ids))})")
+        extra += list(b.session_ids)
+    if b.agent_ids is not None:
+        cond.append(f"t.agent_id IN ({','.join('?' * len(b.agent_ids))})")
+        extra += list(b.agent_ids)
+    if b.since is not None:
+        cond.append("t.occurred_at >= ?")
+        extra.append(utc_iso(b.since))
+    if b.until is not None:
+        cond.append("t.occurred_at <= ?")
+        extra.append(utc_iso(b.until))
+    return {"join": " JOIN turns t ON t.turn_id = m.context_id", "where": " AND ".join(cond)}, extra
+
+
+def _inside_boundary(b: Boundary, tenant: str, conversation: str, session: str, agent: str, at: str) -> bool:
+    if tenant != b.tenant_id or (b.conversation_ids is not None and conversation not in b.conversation_ids):
+        return False
+    return _row_admitted(b=b, agent=agent, at=at, session=session)
+
+
+def _row_admitted(*, b: Boundary, agent: str, at: str, session: str) -> bool:
+    if b.session_ids is not None and session not in b.session_ids:
+        return False
+    if b.agent_ids is not None and agent not in b.agent_ids:
+        return False
+    when = datetime.fromisoformat(at)
+    return (b.since is None or when >= b.since) and (b.until is None or when <= b.until)
 
 
 def _admits(t: TurnRow, b: Boundary) -> bool:

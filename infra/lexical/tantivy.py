@@ -528,7 +528,8 @@ class TantivyLexicalIndex:
     def erase_due(self) -> float | None:
         return None
 
-    def _query(self, kind: UnitKind | None, query: str, boundary: Boundary, shared: bool) -> tantivy.Query | None:
+    def _query(self, kind: UnitKind | None, query: str, boundary: Boundary, shared: bool,
+               unit_ids: list[str] | None = None) -> tantivy.Query | None:
         terms = [w.replace("'", "").replace("’", "") for w in words(query)]
         terms = [t for t in terms if t]
         if not terms:
@@ -545,6 +546,8 @@ class TantivyLexicalIndex:
             filters.append(tantivy.Query.range_query(self.schema, "occurred_to", tantivy.FieldType.Integer, _micros(boundary.since), None))
         if boundary.until is not None:
             filters.append(tantivy.Query.range_query(self.schema, "occurred_from", tantivy.FieldType.Integer, None, _micros(boundary.until)))
+        if unit_ids is not None:
+            filters.append(tantivy.Query.term_set_query(self.schema, "unit_id", list(unit_ids)))
         return tantivy.Query.boolean_query(
             [(tantivy.Occur.Must, text_q)] + [(tantivy.Occur.Must, tantivy.Query.const_score_query(f, 0.0)) for f in filters]
         )
@@ -555,6 +558,17 @@ class TantivyLexicalIndex:
         if q is None or limit <= 0:
             return np.zeros(0, np.int64), np.zeros(0)
         hits = searcher.search(q, limit, count=False).hits
+        if not hits:
+            return np.zeros(0, np.int64), np.zeros(0)
+        keys = searcher.fast_field_values("key", [addr for _, addr in hits])
+        return np.asarray(keys, dtype=np.int64), np.asarray([score for score, _ in hits], dtype=float)
+
+    def score_ids(self, kind: UnitKind, query: str, boundary: Boundary, unit_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        searcher, shared = self._searcher(boundary.tenant_id)
+        q = self._query(kind, query, boundary, shared, unit_ids) if searcher is not None and unit_ids else None
+        if q is None:
+            return np.zeros(0, np.int64), np.zeros(0)
+        hits = searcher.search(q, len(unit_ids), count=False).hits
         if not hits:
             return np.zeros(0, np.int64), np.zeros(0)
         keys = searcher.fast_field_values("key", [addr for _, addr in hits])

@@ -1,9 +1,11 @@
-"""Embedded dense view: vectors in SQLite, searched by exact cosine with numpy.
+"""Embedded dense view: vectors in SQLite; searches in memory.
 
-Why exact search: a conversation holds hundreds to a few thousand points, where a brute-force
-matrix product (~µs) beats any ANN index and is exactly reproducible. Points of one
-(collection, tenant, conversation) are loaded once into a float32 matrix and cached until that
-conversation's version changes (bumped in the same transaction as the writes).
+Two read paths. `nearest` and `score_points` (the bounded query path) search the scopes of
+infra/vectors/scopes.py — exact while a scope is small, HNSW beyond — which the store keeps
+current from its change table (`point_changes`, written by triggers in the writes' own
+transactions): each read first applies the points written or deleted since the last one, so a
+search never rebuilds what one write changed. `score_units` (the whole-boundary path) scores every
+point of a boundary from a float32 matrix cached until the conversation's version moves.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from datetime import datetime
 import numpy as np
 
 from infra.sqlite_base import SqliteViewBase, _chunks, forget_where
+from infra.vectors.scopes import Scopes
 from schemas.ports.vectors import Collection, TurnPooling, VectorChangeSet
 from schemas.ports.views import Boundary, Forget, Hit, Positions
 from schemas.units import unit_key
-from schemas.versioned_cache import VersionedCache
+from schemas.versioned_cache import Lru, VersionedCache
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pooling (turn_id TEXT PRIMARY KEY, mean BLOB NOT NULL, tokens INTEGER NOT NULL);
@@ -27,7 +30,23 @@ CREATE TABLE IF NOT EXISTS points (
     owner_id TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (collection, point_id)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS points_scope ON points (collection, tenant_id, conversation_id, session_id);
 CREATE INDEX IF NOT EXISTS points_owner ON points (owner_id);
+-- What changed, in commit order, for the in-memory scopes to follow (sentences are never searched
+-- by nearness: they are scored by id). Pruned to the last CHANGES_KEPT rows.
+CREATE TABLE IF NOT EXISTS point_changes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, collection TEXT NOT NULL, point_id TEXT NOT NULL, tenant_id TEXT NOT NULL,
+    conversation_id TEXT NOT NULL, op TEXT NOT NULL);
+CREATE TRIGGER IF NOT EXISTS points_changes_in AFTER INSERT ON points WHEN NEW.collection <> 'sentence' BEGIN
+    INSERT INTO point_changes (collection, point_id, tenant_id, conversation_id, op)
+        VALUES (NEW.collection, NEW.point_id, NEW.tenant_id, NEW.conversation_id, 'put');
+END;
+CREATE TRIGGER IF NOT EXISTS points_changes_out AFTER DELETE ON points WHEN OLD.collection <> 'sentence' BEGIN
+    INSERT INTO point_changes (collection, point_id, tenant_id, conversation_id, op)
+        VALUES (OLD.collection, OLD.point_id, OLD.tenant_id, OLD.conversation_id, 'del');
+END;
 """
+CHANGES_KEPT = 500_000
+SENTENCES_KEPT = 100_000  # sentence vectors kept by id for the bounded path (~1.5 kB each at 384 dimensions)
+_POINT_COLS = "point_id, session_id, agent_ids, occurred_from, occurred_to, vector"
 
 
 class _Matrix:
@@ -71,9 +90,14 @@ class SqliteVectorStore(SqliteViewBase):
     view = "dense"
     extra_schema = _SCHEMA
 
-    def __init__(self, path, generation: int, cache_size: int = 256):  # 64 conversations (the corpus cache's) x 4 collections
+    def __init__(self, path, generation: int, cache_size: int = 256, *, exact_limit: int = 20_000, max_points: int = 2_000_000):
+        """`exact_limit`: points up to which a scope is searched exactly; `max_points`: points the
+        in-memory scopes hold in all (MEMSTREAM_VIEWS_DENSE_MAX_POINTS; least recently used first out)."""
         super().__init__(path, generation)
         self._cache: VersionedCache[_Matrix] = VersionedCache(cache_size)
+        self._scopes = Scopes(lambda: self.dim, exact_limit, max_points)
+        self._seq = self._last_change()
+        self._sentences = Lru(SENTENCES_KEPT)
 
     @property
     def dim(self) -> int:
@@ -103,8 +127,13 @@ class SqliteVectorStore(SqliteViewBase):
                 ],
             )
             touched.update((p.tenant_id, p.conversation_id) for p in change.upsert_points)
+            c.execute("DELETE FROM point_changes WHERE seq <= (SELECT MAX(seq) FROM point_changes) - ?", (CHANGES_KEPT,))
             self._write_positions(c, positions)
             self._bump(c, touched)
+        if change.forgets or change.delete_points:
+            self._sentences.clear()
+        if change.forgets:  # a forget's points may belong to no turn of the ledger (whose versions it bumps)
+            self._cache.clear()
 
     def _forget(self, c, forget: Forget):
         turns = self.turns_in_scope(forget)
@@ -181,6 +210,107 @@ class SqliteVectorStore(SqliteViewBase):
         if not keys:
             return np.zeros(0, np.int64), np.zeros(0)
         return np.concatenate(keys), np.concatenate(scores).astype(float)
+
+    # -- the bounded path: maintained scopes --------------------------------------------------
+    def _last_change(self) -> int:
+        row = self._conn().execute("SELECT MAX(seq) FROM point_changes").fetchone()
+        return int(row[0] or 0)
+
+    def _sync(self) -> None:
+        """Apply to the loaded scopes what was written since the last read (under the scopes' lock)."""
+        rows = self._conn().execute(
+            "SELECT seq, collection, point_id, tenant_id, conversation_id, op FROM point_changes WHERE seq > ? ORDER BY seq",
+            (self._seq,)).fetchall()
+        if not rows:
+            return
+        oldest = self._conn().execute("SELECT MIN(seq) FROM point_changes").fetchone()[0]
+        if oldest is not None and oldest > self._seq + 1:  # pruned past this reader: start the scopes again
+            self._scopes.clear()
+            self._seq = rows[-1][0]
+            return
+        loaded = dict(self._scopes.loaded())
+        if loaded:
+            latest: dict[tuple[str, str], tuple] = {}  # (collection, point) -> its last change
+            for r in rows:
+                latest[(r[1], r[2])] = r
+            puts = [(col, pid) for (col, pid), r in latest.items() if r[5] == "put"]
+            fetched = self._rows_by_id(puts)
+            for (col, pid), (_, _, _, tenant, conv, op) in latest.items():
+                for key in ((col, tenant, conv), (col, tenant, None)):
+                    scope = loaded.get(key)
+                    if scope is None:
+                        continue
+                    row = fetched.get((col, pid)) if op == "put" else None
+                    if row is None:
+                        scope.delete([pid])
+                    else:
+                        scope.upsert([row])
+        self._seq = rows[-1][0]
+
+    def _rows_by_id(self, points: list[tuple[str, str]]) -> dict[tuple[str, str], tuple]:
+        out = {}
+        by_collection: dict[str, list[str]] = {}
+        for col, pid in points:
+            by_collection.setdefault(col, []).append(pid)
+        for col, ids in by_collection.items():
+            for chunk in _chunks(ids, 500):
+                for row in self._conn().execute(
+                        f"SELECT {_POINT_COLS} FROM points WHERE collection=? AND point_id IN ({','.join('?' * len(chunk))})",
+                        (col, *chunk)).fetchall():
+                    out[(col, row[0])] = row
+        return out
+
+    def _scope(self, collection: Collection, tenant_id: str, conversation_id: str | None):
+        def load() -> list[tuple]:
+            where, args = "collection=? AND tenant_id=?", [collection, tenant_id]
+            if conversation_id is not None:
+                where += " AND conversation_id=?"
+                args.append(conversation_id)
+            return self._conn().execute(f"SELECT {_POINT_COLS} FROM points WHERE {where} ORDER BY point_id", args).fetchall()
+
+        return self._scopes.get((collection, tenant_id, conversation_id), load)
+
+    def nearest(self, collection: Collection, vector: np.ndarray, boundary: Boundary, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if collection == "sentence":  # sentences are scored by id, not kept in scopes: the matrices' exact ranking
+            keys, scores = self.score_units(collection, q, boundary)
+            order = np.lexsort((keys, -scores))[:limit]
+            return keys[order], scores[order]
+        convs = boundary.conversation_ids if boundary.conversation_ids is not None else (None,)
+        if not convs:
+            return np.zeros(0, np.int64), np.zeros(0)
+        with self._scopes.lock:
+            self._sync()
+            found = [self._scope(collection, boundary.tenant_id, c).nearest(q, boundary, limit) for c in convs]
+        if len(found) == 1:
+            return found[0]
+        keys, scores = np.concatenate([k for k, _ in found]), np.concatenate([s for _, s in found])
+        order = np.lexsort((keys, -scores))[:limit]
+        return keys[order], scores[order]
+
+    def score_points(self, collection: Collection, vector: np.ndarray, boundary: Boundary, point_ids: list[str]) -> dict[str, float]:
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        out: dict[str, float] = {}
+        if collection != "sentence":  # sentences are not kept in scopes: read by id below
+            with self._scopes.lock:
+                self._sync()
+                convs = boundary.conversation_ids if boundary.conversation_ids is not None else (None,)
+                for c in convs:
+                    out.update(self._scope(collection, boundary.tenant_id, c).scores(q, point_ids))
+                if not convs:
+                    return {}
+        missing = [p for p in point_ids if p not in out]
+        if missing and collection == "sentence":  # sentences are read by id, kept by id (a sentence's vector never changes)
+            kept, missing = self._sentences.get_many(missing)
+            if missing:
+                fetched = self.vectors(collection, boundary.tenant_id, missing)
+                self._sentences.put_many({pid: (v, boundary.tenant_id) for pid, v in fetched.items()})
+                kept.update({pid: (v, boundary.tenant_id) for pid, v in fetched.items()})
+            out.update({pid: float(v @ q) for pid, (v, tenant) in kept.items() if tenant == boundary.tenant_id})
+        elif missing:
+            vectors = self.vectors(collection, boundary.tenant_id, missing)
+            out.update({pid: float(v @ q) for pid, v in vectors.items()})
+        return out
 
     def vectors(self, collection: Collection, tenant_id: str, point_ids: list[str]) -> dict[str, np.ndarray]:
         out = {}

@@ -130,11 +130,23 @@ class GraphStore(ViewStore, Protocol):
 
     def known_entities(self, tenant_id: str, entity_ids: list[str]) -> set[str]: ...
 
-    def align_entities(self, boundary: Boundary, entity_ids: list[str], vectors: np.ndarray, k: int) -> list[list[EntityMatch]]:
+    def align_entities(self, boundary: Boundary, entity_ids: list[str], vectors: np.ndarray, k: int,
+                       among: list[str] | None = None) -> list[list[EntityMatch]]:
         """Eq. 8, for each query entity (the id of its normalised name, `entity_id(tenant,
         name)`, and its vector): that entity if it is mentioned inside the boundary (score 1.0),
         else the k named entities of the boundary most similar by cosine (ties by entity id).
-        Keyword nodes take part only exactly."""
+        Keyword nodes take part only exactly. With `among` (context ids), the cosine candidates
+        are the named entities those contexts mention (the bounded query path)."""
+        ...
+
+    def labels_of(self, boundary: Boundary, entity_ids: list[str]) -> dict[str, str]:
+        """entity_labels, asked for given entities only: those of `entity_ids` that are named
+        entities mentioned inside the boundary, with their label."""
+        ...
+
+    def entity_degrees(self, boundary: Boundary, entity_ids: list[str]) -> dict[str, int]:
+        """Per entity: how many contexts of the boundary's conversations mention it as a graph
+        node (entities mentioned by none are absent)."""
         ...
 
     def entity_labels(self, boundary: Boundary) -> Mapping[str, str]:
@@ -146,15 +158,16 @@ class GraphStore(ViewStore, Protocol):
         """The given entities that are mentioned inside the boundary."""
         ...
 
-    def context_mentions(self, boundary: Boundary) -> dict[str, list[tuple[str, str]]]:
+    def context_mentions(self, boundary: Boundary, context_ids: list[str] | None = None) -> dict[str, list[tuple[str, str]]]:
         """Per context (turn id) the (entity id, label) of the entities and values it mentions
         (PERSON, DATE, CARDINAL, SPEAKER, KEYWORD…) in entity-id order, for answer-type
-        compatibility."""
+        compatibility; with `context_ids`, those contexts only."""
         ...
 
-    def sentence_incidence(self, boundary: Boundary) -> SentenceIncidence:
+    def sentence_incidence(self, boundary: Boundary, entity_ids: list[str] | None = None) -> SentenceIncidence:
         """The boundary's sentences and the entities each mentions (eq. 9); cached by the store
-        until a write touches the boundary."""
+        until a write touches the boundary. With `entity_ids`, only the sentences that mention
+        one of them (each with all its entities)."""
         ...
 
     def context_entities(self, tenant_id: str, context_ids: list[str]) -> dict[str, set[str]]: ...
@@ -162,11 +175,20 @@ class GraphStore(ViewStore, Protocol):
     def personalized_pagerank(
         self, boundary: Boundary, reset: dict[str, float], damping: float, *, adjacency_weight: float = 1.0,
         exclude_labels: tuple[str, ...] = (), max_share: float = 1.0, max_iterations: int = 50, tolerance: float = 1e-7,
+        contexts: list[str] | None = None, contexts_total: int | None = None, hub_cap: int | None = None, per_entity: int = 200,
+        reach: int = 32,
     ) -> dict[str, float]:
         """PPR over the boundary's graph: pi = (1-damping)*r + damping * P^T pi, with r the
         normalised `reset` (node id -> mass; ids outside the boundary ignored) and P the
         row-normalised weights: eq. 4 weights on entity–context edges, `adjacency_weight` on
         turn–turn edges. Entities whose label is in `exclude_labels` (e.g. SPEAKER), or that are
         mentioned by more than `max_share` of the boundary's contexts (hubs), are left out.
-        Returns scores of context nodes (turn ids); an empty reset returns {}."""
+        Returns scores of context nodes (turn ids); an empty reset returns {}.
+
+        With `contexts` (the bounded query path) the walk runs on a neighbourhood of the graph
+        instead of the whole boundary: those contexts and the reset's, the `per_entity` strongest
+        contexts of each of the `reach` most activated reset entities, the entities they mention and
+        the adjacency between them;
+        an entity mentioned by more than `hub_cap` contexts, or by more than `max_share` of
+        `contexts_total`, is left out. Scores are returned for the neighbourhood's contexts."""
         ...

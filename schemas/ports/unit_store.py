@@ -7,6 +7,7 @@ of evidence points back to the raw event" is kept true.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 from schemas.ports.views import Boundary, ChangeSet, Positions, TurnRow, ViewStore
@@ -36,6 +37,33 @@ class UnitStore(ViewStore, Protocol):
         ...
 
     def session_unit_ids(self, tenant_id: str, conversation_id: str, session_id: str) -> set[str]: ...
+
+    # The bounded query path's reads (services/query/candidates.py): each costs in proportion to
+    # what it is asked for, never to the boundary's size.
+    def units_by_keys(self, tenant_id: str, keys: list[int]) -> dict[int, TraceUnit]:
+        """Units by their key (schemas.units.unit_key, what the lexical and dense views answer
+        with); keys of another tenant or unknown keys are absent."""
+        ...
+
+    def containing(self, tenant_id: str, turn_ids: list[str]) -> dict[str, list[str]]:
+        """Per turn id: the ids of the windows and episodes that hold it (sorted)."""
+        ...
+
+    def speakers(self, boundary: Boundary) -> list[str]:
+        """The distinct speakers of the boundary's conversations (tenant and conversations only), sorted."""
+        ...
+
+    def size(self, boundary: Boundary) -> int:
+        """How many turns the boundary's conversations hold (tenant and conversations only)."""
+        ...
+
+    def latest(self, boundary: Boundary) -> datetime | None:
+        """The latest `occurred_at` of a turn in the boundary's conversations and sessions (None: no turn)."""
+        ...
+
+    def session_starts(self, tenant_id: str, sessions: list[tuple[str, str]]) -> dict[tuple[str, str], datetime]:
+        """(conversation, session) -> the earliest `occurred_at` of its turns (the session order of schemas/ordering.py)."""
+        ...
 
     # Turns as the API lists them (GET /v1/turns…). A turn is *superseded* when another turn of
     # its conversation names its event id in `supersedes` (a correction): searches leave it out,

@@ -73,6 +73,18 @@ class VectorStore(ViewStore, Protocol):
         a server adapter may have in flight together."""
         ...
 
+    def nearest(self, collection: Collection, vector: np.ndarray, boundary: Boundary, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        """The `limit` points inside the boundary nearest to `vector`, best first: point keys
+        (schemas.units.unit_key, int64) and cosines. Exact while a scope is small, an ANN index
+        beyond (so possibly missing a true neighbour: the bounded query path's candidates, not a
+        ranking). Sees every write and forget applied before the call."""
+        ...
+
+    def score_points(self, collection: Collection, vector: np.ndarray, boundary: Boundary, point_ids: list[str]) -> dict[str, float]:
+        """Exact cosine of `vector` with each named point of the boundary's tenant (absent points
+        are left out): the bounded query path scores its candidates with it."""
+        ...
+
     def vectors(self, collection: Collection, tenant_id: str, point_ids: list[str]) -> dict[str, np.ndarray]: ...
 
     def session_point_ids(self, collection: Collection, tenant_id: str, conversation_id: str, session_id: str) -> set[str]: ...

@@ -24,6 +24,7 @@ from schemas.errors import CredentialsRefused, StoreError, TransientError, ViewU
 from schemas.keyindex import KeyIndex
 from schemas.ports.views import Boundary
 from schemas.query import SearchRequest
+from schemas.units import unit_key
 from services.query.analysis import keyword_words
 from services.query.corpus import Corpus, Level
 
@@ -122,6 +123,7 @@ class _Inline(Future):
 
 class QueryContext:
     overlap = True  # `ahead` overlaps remote reads; False runs them in order (a side-by-side benchmark's baseline)
+    bounds = None  # the bounded path's sizes (services/query/candidates.py Bounds) when the corpus is a question's candidates
 
     def __init__(self, request: SearchRequest, boundary: Boundary, corpus: Corpus, views, encoder, extractor=None, encoder_for=None):
         self.extractor = extractor
@@ -270,6 +272,14 @@ class QueryContext:
             for size in self.corpus.windows:
                 self.bm25("window", size)
 
+    def seed_bm25(self, found: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        """The bounded path's BM25 searches (services/query/candidates.py), one per unit kind, as
+        the signals' source: a unit outside a kind's top scores 0."""
+        for kind, hit in found.items():
+            self._cache[("bm25-raw", kind)] = hit
+        self._cache[("bm25-raw", None)] = (np.concatenate([k for k, _ in found.values()]),
+                                           np.concatenate([s for _, s in found.values()]))
+
     def _bm25_raw(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
         """The engine's (keys, scores) covering `kind`: the all-kinds search if one was made,
         else a search of that kind alone."""
@@ -297,9 +307,27 @@ class QueryContext:
         one read per kind and vector in a query (prefetch_dense may have made it already)."""
         raw = ("dense-raw", kind, None if vector is None else vector.tobytes())
         if raw not in self._cache:
+            q = self.qvec if vector is None else vector
             with self.timed("dense"):
-                self._cache[raw] = self.store("dense").score_units(kind, self.qvec if vector is None else vector, self.boundary)
+                if self.corpus.bounded:  # the candidates' own scores, by id
+                    ids = self._ids(kind)
+                    scores = self.store("dense").score_points(kind, q, self.boundary, ids)
+                    got = [(unit_key(i), scores[i]) for i in ids if i in scores]
+                    self._cache[raw] = (np.array([k for k, _ in got], dtype=np.int64), np.array([s for _, s in got], dtype=float))
+                else:
+                    self._cache[raw] = self.store("dense").score_units(kind, q, self.boundary)
         return self._cache[raw]
+
+    def _ids(self, kind: str) -> list[str]:
+        """Ids of the corpus's units of a kind (every window level together)."""
+        c = self.corpus
+        if kind == "turn":
+            return [t.unit_id for t in c.turns]
+        if kind == "episode":
+            return [u.unit_id for u in c.episodes.units]
+        if kind == "window":
+            return [u.unit_id for lv in c.windows.values() for u in lv.units]
+        return list(self._sentence_ids)
 
     def prefetch_dense(self, kinds: list[str], vector: np.ndarray | None = None) -> None:
         """Score several unit kinds against the question (or `vector`) in one round of the dense
@@ -307,17 +335,18 @@ class QueryContext:
         them; _dense_raw() then finds them here."""
         vkey = None if vector is None else vector.tobytes()
         todo = [k for k in dict.fromkeys(kinds) if ("dense-raw", k, vkey) not in self._cache]
-        if len(todo) < 2:
-            return  # one read gains nothing from a batch; dense() makes it when it is needed
+        if len(todo) < 2 or self.corpus.bounded:
+            return  # one read gains nothing from a batch (nor reads by id); dense() makes it when it is needed
         q = self.qvec if vector is None else vector
         with self.timed("dense"):
             got = self.store("dense").score_units_many([(k, q) for k in todo], self.boundary)
         self._cache.update({("dense-raw", k, vkey): r for k, r in zip(todo, got)})
 
-    def sentence_relevance(self, sentence_keys: KeyIndex) -> np.ndarray:
-        """Cosine of the question to each sentence of `sentence_keys` (0 for sentences the dense
-        view does not hold)."""
-        return sentence_keys.scatter(*self._dense_raw("sentence"), fill=0.0)
+    def sentence_relevance(self, incidence) -> np.ndarray:
+        """Cosine of the question to each sentence of a SentenceIncidence (0 for sentences the
+        dense view does not hold)."""
+        self._sentence_ids = incidence.sentence_ids
+        return incidence.keys.scatter(*self._dense_raw("sentence"), fill=0.0)
 
     @cached_property
     def _cache(self) -> dict:

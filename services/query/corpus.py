@@ -29,6 +29,19 @@ class Level:
     keys: KeyIndex = field(default_factory=lambda: KeyIndex([]))  # unit_key -> position
     _by_turn: tuple | None = field(default=None, repr=False)
 
+    @classmethod
+    def of(cls, units: list[TraceUnit], index: dict[str, int], n: int) -> "Level":
+        """Units and their membership over the `n` turns of `index` (members outside it are left out)."""
+        rows, cols = [], []
+        for k, u in enumerate(units):
+            for t in u.turn_ids:
+                j = index.get(t)
+                if j is not None:
+                    rows.append(k)
+                    cols.append(j)
+        m = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(units), n))
+        return cls(units, {u.unit_id: k for k, u in enumerate(units)}, m, KeyIndex([unit_key(u.unit_id) for u in units]))
+
     def lift(self, unit_scores: np.ndarray) -> np.ndarray:
         """Per turn: the best score among the units that contain it (-inf if none)."""
         if self._by_turn is None:  # turns x units, and which turns belong to any unit
@@ -60,10 +73,33 @@ class Corpus:
     # it, so it is dropped with it. Not in a cache keyed by id(corpus): once the corpus cache
     # evicts a corpus, its id is reused by later objects — another tenant's corpus among them.
     derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # The bounded path's corpus (services/query/candidates.py) holds a question's candidates, not the
+    # boundary: it says so, which of its turns follow their predecessor in the session (`adjacent`),
+    # and the boundary's latest time and size (from the hierarchy view, not from its own turns).
+    bounded: bool = field(default=False, init=False, repr=False, compare=False)
+    adjacent: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+    latest: object = field(default=None, init=False, repr=False, compare=False)
+    size: int | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def n(self) -> int:
         return len(self.turns)
+
+    def keys_from(self, keys: list[int]) -> None:
+        self.keys = KeyIndex(keys)
+
+    def follows(self) -> np.ndarray:
+        """Per turn: whether the turn before it in corpus order is its predecessor in the session."""
+        if self.adjacent is not None:
+            return self.adjacent
+        return np.append(False, self.session[1:] == self.session[:-1])
+
+    @property
+    def as_of(self):
+        """The latest time the boundary holds a turn at."""
+        if self.latest is not None:
+            return self.latest
+        return max(self.occurred) if self.occurred else None
 
     def neighbours(self, i: int, r: int) -> list[int]:
         """Positions of turns within r of turn i in the same session."""
@@ -90,18 +126,6 @@ class Corpus:
         return ref
 
 
-def _level(units: list[TraceUnit], index: dict[str, int], n: int) -> Level:
-    rows, cols = [], []
-    for k, u in enumerate(units):
-        for t in u.turn_ids:
-            j = index.get(t)
-            if j is not None:
-                rows.append(k)
-                cols.append(j)
-    m = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(units), n))
-    return Level(units, {u.unit_id: k for k, u in enumerate(units)}, m, KeyIndex([unit_key(u.unit_id) for u in units]))
-
-
 def build_corpus(units_store, boundary: Boundary) -> Corpus:
     # A turn a correction supersedes (TurnRecorded.supersedes) is left out: no strategy ranks it,
     # no unit shows it; its correction stands in its place. GET /v1/turns/{id}/history keeps it.
@@ -116,21 +140,21 @@ def build_corpus(units_store, boundary: Boundary) -> Corpus:
     windows_all = units_store.list_units(boundary, "window")
     by_size: dict[int, list[TraceUnit]] = {}
     for w in windows_all:
-        by_size.setdefault(_window_size(w), []).append(w)
+        by_size.setdefault(window_size(w), []).append(w)
     episodes = units_store.list_units(boundary, "episode")
     speaker = [u.provenance.speakers[0] for u in turns]
     corpus = Corpus(
         boundary=boundary, turns=turns, index=index, session=np.array(sessions, dtype=int), speaker=speaker,
         speakers=list(dict.fromkeys(speaker)), occurred=[u.provenance.occurred_from for u in turns],
-        windows={size: _level(ws, index, len(turns)) for size, ws in sorted(by_size.items())},
-        episodes=_level(episodes, index, len(turns)),
+        windows={size: Level.of(ws, index, len(turns)) for size, ws in sorted(by_size.items())},
+        episodes=Level.of(episodes, index, len(turns)),
     )
     corpus.by_unit = {u.unit_id: u for u in (*turns, *windows_all, *episodes)}
     corpus.keys = KeyIndex([unit_key(u.unit_id) for u in turns])
     return corpus
 
 
-def _window_size(w: TraceUnit) -> int:
+def window_size(w: TraceUnit) -> int:
     # A short session's window belongs to the level it was cut for, whatever its length.
     return w.level or len(w.turn_ids)
 

@@ -14,6 +14,7 @@ from schemas.errors import BadRequest, ViewUnavailable
 from schemas.ports.views import Boundary, read_scope
 from schemas.query import Evidence, SearchRequest, SearchResponse
 from services.query import baselines
+from services.query.candidates import DEFAULT_BOUNDS, Bounds, candidate_corpus
 from services.query.context import Candidate, Guarded, QueryContext, Ranking, unavailable_as
 from services.query.corpus import Corpus, CorpusCache
 
@@ -21,11 +22,14 @@ StrategyFn = Callable[[QueryContext], Ranking]
 
 
 class QueryService:
-    def __init__(self, views, encoder, extractor=None, strategies: dict[str, StrategyFn] | None = None, encoders=None):
+    def __init__(self, views, encoder, extractor=None, strategies: dict[str, StrategyFn] | None = None, encoders=None,
+                 bounds: Bounds | None = DEFAULT_BOUNDS):
         """`encoders(name)`: the encoder of that name (infra/registry.py `encoder`), so that each view's
         live generation has its question encoded by the model it was built with (after the
         configuration names a new encoder, until a replay switches the view). Without it, `encoder`
-        serves every view."""
+        serves every view. `bounds`: the bounded path's sizes (services/query/candidates.py) for the
+        strategies that take it (BOUNDED); None ranks every turn of the boundary (the whole path)."""
+        self.bounds = bounds
         self.views = views
         self.encoder = encoder
         self.encoders = encoders
@@ -74,18 +78,26 @@ class QueryService:
         with unavailable_as("hierarchy"):
             raw = self.views.store("hierarchy")
         units = Guarded(raw, "hierarchy")  # no fallback without it: a 503 naming it
-        with unavailable_as("hierarchy"):
-            corpus = self.corpora.get(raw, boundary)  # (the cache keys on the store itself)
-        # Asked only of an empty boundary (one round trip fewer per search on a server).
-        if corpus.n == 0 and not units.known_tenant(request.tenant_id):  # a new tenant's first recall: nothing yet, not an error
-            return SearchResponse(strategy=request.strategy, route=None, profile={}, evidence=[], budget_turns=request.max_turns,
-                                  backends={"hierarchy": units.backend}, timings_ms={"total": round((time.perf_counter() - t0) * 1000, 3)},
-                                  llm_tokens=0, notes=[f"tenant {request.tenant_id!r} holds no memory yet"])
         used, notes, down = request.strategy, [], set()
         while True:
+            bounded = self.bounds is not None and used in BOUNDED
+            corpus = None
+            if not bounded:
+                with unavailable_as("hierarchy"):
+                    corpus = self.corpora.get(raw, boundary)  # (the cache keys on the store itself)
             ctx = QueryContext(request, boundary, corpus, self.views, self.encoder, self.extractor, self._encoder_for)
+            if bounded:
+                ctx.bounds = self.bounds
+                with unavailable_as("hierarchy"):
+                    ctx.corpus = corpus = candidate_corpus(ctx, self.bounds)
             ctx.timings["corpus"] = (time.perf_counter() - t0) * 1000
             ctx.backends["hierarchy"] = units.backend
+            # Asked only of an empty corpus (one round trip fewer per search on a server).
+            if corpus.n == 0 and not units.known_tenant(request.tenant_id):  # a new tenant's first recall: nothing yet
+                return SearchResponse(strategy=request.strategy, route=None, profile={}, evidence=[], budget_turns=request.max_turns,
+                                      backends={"hierarchy": units.backend},
+                                      timings_ms={"total": round((time.perf_counter() - t0) * 1000, 3)},
+                                      llm_tokens=0, notes=[f"tenant {request.tenant_id!r} holds no memory yet"])
             try:
                 ranking = Ranking([], notes=["the boundary holds no turns"]) if corpus.n == 0 else self.strategies[used](ctx)
                 break
@@ -114,6 +126,9 @@ VIEWS_READ = {
     "raw-rag": {"dense"}, "pyramid": {"lexical", "dense"}, "bm25": {"lexical"}, "dense": {"dense"},
 }
 FALLBACKS = ("hierarchy-only", "bm25", "dense")
+# The strategies that run on a question's candidates (services/query/candidates.py) when the
+# service has bounds; raw-rag and pyramid index or scan the whole boundary by design (baselines).
+BOUNDED = frozenset({"zero-mem", "graph-only", "hierarchy-only", "no-closure", "no-calibration", "bm25", "dense", "hybrid-rrf"})
 
 
 def fallback_for(strategy: str, down: set[str]) -> str | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from itertools import compress, repeat
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 import scipy.sparse as sp
@@ -63,13 +63,19 @@ _WORDS_RE = re.compile(r"[A-Za-z0-9][\w'’&.-]*")
 _CAPITALISED = re.compile(r"\b([A-Z][\w'’&.-]*(?:\s+[A-Z][\w'’&.-]*)*)")
 
 
-def lexicon_mentions(question: str, tenant_id: str, labels: Mapping[str, str], max_words: int = 4) -> list[tuple[str, str, int, int]]:
+def lexicon_mentions(question: str, tenant_id: str, labels: Mapping[str, str] | Callable[[list[str]], Mapping[str, str]],
+                     max_words: int = 4) -> list[tuple[str, str, int, int]]:
     """Entity mentions of a question without a model, written to find what an English NER model
     finds: the longest capitalised word n-grams (not the question's first word alone) that are
     names the boundary already knows (`labels`: entity id -> label; a name is known when the id
     of its normalised form is there), with their label; then the remaining capitalised phrases
     as names to align by embedding. Month and weekday names are dates (NER's DATE), not names."""
     words = [(m.start(), m.end()) for m in _WORDS_RE.finditer(question)]
+    if callable(labels):  # a store lookup: every n-gram's id asked at once
+        grams = {entity_id(tenant_id, normalize_entity(question[words[i][0]:words[i + n - 1][1]]))
+                 for n in range(max_words, 0, -1) for i in range(len(words) - n + 1)
+                 if question[words[i][0]].isupper()}
+        labels = labels(sorted(grams))
     taken = [False] * len(words)
     found = []
     for n in range(max_words, 0, -1):
@@ -165,13 +171,14 @@ class ZeroMem:
             if self.cfg.question_entities == "lexicon" or self.ctx.extractor is None:
                 b = self.ctx.boundary
                 try:
-                    labels = self.ctx.store("graph").entity_labels(b)
+                    graph = self.ctx.store("graph")
+                    labels = (lambda ids: graph.labels_of(b, ids)) if self.corpus.bounded else graph.entity_labels(b)
+                    mentions = lexicon_mentions(q, b.tenant_id, labels)
                 except ViewUnavailable:  # the graph view is down: the profile goes without its names (the service falls back)
-                    labels = {}
-                mentions = lexicon_mentions(q, b.tenant_id, labels)
+                    mentions = lexicon_mentions(q, b.tenant_id, {})
             else:
                 mentions = [(m.text, m.label, m.start, m.end) for m in self.ctx.extractor.analyze([q])[0].mentions]
-            as_of = self.ctx.request.as_of or (max(self.corpus.occurred) if self.corpus.occurred else None)
+            as_of = self.ctx.request.as_of or self.corpus.as_of
             p = build_profile(q, self.corpus.speakers, mentions, as_of)
         self.ctx.profile_dict = p.as_dict()
         return p
@@ -207,11 +214,17 @@ class ZeroMem:
         b, c = self.ctx.boundary, self.corpus
         try:
             graph = self.ctx.store("graph")
-            version = (graph.generation, *(graph.conversation_version(b.tenant_id, conv) for conv in (b.conversation_ids or (None,))))
-            cached = getattr(c, "_type_flags", None)
-            if cached is not None and cached[0] == version:
-                return cached[1]
-            mentions = graph.context_mentions(b)  # per turn: (entity id, label)
+            if c.bounded:  # a question's candidates: their own mentions (the corpus is the question's alone)
+                cached = getattr(c, "_type_flags", None)
+                if cached is not None:
+                    return cached[1]
+                version, mentions = "bounded", graph.context_mentions(b, [t.unit_id for t in c.turns])
+            else:
+                version = (graph.generation, *(graph.conversation_version(b.tenant_id, conv) for conv in (b.conversation_ids or (None,))))
+                cached = getattr(c, "_type_flags", None)
+                if cached is not None and cached[0] == version:
+                    return cached[1]
+                mentions = graph.context_mentions(b)  # per turn: (entity id, label)
         except ViewUnavailable:  # the graph view is down: calendar and number words only (not cached)
             version, mentions = None, {}
         speakers = {entity_id(b.tenant_id, normalize_entity(s)) for s in c.speakers}
@@ -348,9 +361,9 @@ class ZeroMem:
         return h
 
     def _neighbour_max(self, x: np.ndarray) -> np.ndarray:
-        s = self.corpus.session
-        left = np.where(np.append(False, s[1:] == s[:-1]), np.append(-np.inf, x[:-1]), -np.inf)
-        right = np.where(np.append(s[:-1] == s[1:], False), np.append(x[1:], -np.inf), -np.inf)
+        follows = self.corpus.follows()  # turn i-1 is turn i's predecessor in the session
+        left = np.where(follows, np.append(-np.inf, x[:-1]), -np.inf)
+        right = np.where(np.append(follows[1:], False), np.append(x[1:], -np.inf), -np.inf)
         out = np.maximum(left, right)
         return np.where(np.isfinite(out), out, 0.0)
 
@@ -366,7 +379,8 @@ class ZeroMem:
         eta: dict[str, float] = {}
         if p.entities:
             vectors, b = self.entity_vectors, self.ctx.boundary
-            for match in self.ctx.store("graph").align_entities(b, [entity_id(b.tenant_id, e) for e in p.entities], vectors, 1):
+            among = {"among": [t.unit_id for t in self.corpus.turns]} if self.corpus.bounded else {}
+            for match in self.ctx.store("graph").align_entities(b, [entity_id(b.tenant_id, e) for e in p.entities], vectors, 1, **among):
                 if match and match[0].score >= cfg.align_min:
                     eta[match[0].entity_id] = max(eta.get(match[0].entity_id, 0.0), match[0].score)
         for e in self.keyword_nodes:
@@ -397,11 +411,17 @@ class ZeroMem:
         gain is `propagation_weight` times the strongest activation. Returns the activated
         entities (eta's first, then the gained ones in incidence order) and their activations."""
         cfg = self.cfg
-        inc = self.ctx.store("graph").sentence_incidence(self.ctx.boundary)
+        graph = self.ctx.store("graph")
+        if self.corpus.bounded:  # the sentences of the activated entities, hubs left out (their sentences are the boundary's)
+            degree = graph.entity_degrees(self.ctx.boundary, list(eta))
+            sources = [e for e in eta if degree.get(e, 0) <= self.ctx.bounds.hub_cap]
+            inc = graph.sentence_incidence(self.ctx.boundary, entity_ids=sources)
+        else:
+            inc = graph.sentence_incidence(self.ctx.boundary)
         eta_mass = np.fromiter(eta.values(), dtype=float, count=len(eta))
         if not cfg.propagation_steps or not inc.sentence_ids:
             return list(eta), eta_mass
-        w = np.maximum(self.ctx.sentence_relevance(inc.keys), 0.0)
+        w = np.maximum(self.ctx.sentence_relevance(inc), 0.0)
         a = np.zeros(len(inc.entity_ids))
         for e, v in eta.items():
             j = inc.entity_index.get(e)
@@ -447,8 +467,16 @@ class ZeroMem:
             reset[tid] = reset.get(tid, 0.0) + (1 - cfg.beta_entities) * float(w)
         pi = self.ctx.store("graph").personalized_pagerank(
             self.ctx.boundary, reset, cfg.gamma, adjacency_weight=cfg.adjacency_weight, max_share=cfg.hub_share,
-            max_iterations=cfg.ppr_iterations)
+            max_iterations=cfg.ppr_iterations, **self._neighbourhood())
         return self._on_corpus(pi)
+
+    def _neighbourhood(self) -> dict:
+        """On the bounded path, a walk runs on the candidates' neighbourhood of the graph."""
+        if not self.corpus.bounded:
+            return {}
+        bounds = self.ctx.bounds
+        return {"contexts": [t.unit_id for t in self.corpus.turns], "contexts_total": self.corpus.size, "hub_cap": bounds.hub_cap,
+                "per_entity": bounds.per_entity, "reach": bounds.reach}
 
     def _on_corpus(self, scores: dict[str, float]) -> np.ndarray:
         """Per-turn array (corpus order) of scores keyed by turn id; 0 for turns not in it."""
@@ -488,7 +516,7 @@ class ZeroMem:
                 try:
                     pi = self.ctx.store("graph").personalized_pagerank(
                         self.ctx.boundary, reset, cfg.closure_gamma, adjacency_weight=cfg.adjacency_weight,
-                        exclude_labels=("SPEAKER",), max_iterations=cfg.closure_iterations)
+                        exclude_labels=("SPEAKER",), max_iterations=cfg.closure_iterations, **self._neighbourhood())
                 except ViewUnavailable:
                     if mode != "hierarchy-only":
                         raise  # a graph mode: the service falls back to hierarchy-only

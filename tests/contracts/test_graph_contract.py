@@ -363,17 +363,10 @@ def test_labels_of_and_entity_degrees_answer_for_the_asked_entities(store):
     assert store.entity_degrees(Boundary("t2"), [ids["ann"], ids2["ann"]]) == {ids2["ann"]: 3}
 
 
-def _values_are_nodes_in_the_embedded_store(request, what):
-    if request.node.callspec.params["store"] == "sqlite":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            f"SqliteGraphStore.{what} finds entities through mentions of any kind (_mentioned), so an entity mentioned "
-            "only as a value counts as mentioned, while entity_labels and align_entities without `among` count graph "
-            "nodes (ner, speaker, keyword) only, as the Neo4j store does everywhere")))
 
 
 def test_labels_of_leaves_out_what_entity_labels_leaves_out(store, request):
     """A value (DATE, CARDINAL…) is no graph node: entity_labels leaves it out, so labels_of does."""
-    _values_are_nodes_in_the_embedded_store(request, "labels_of")
     c1, _, _, ids, _ = _wide(store)
     b = Boundary("t1", ("c1",))
     assert ids["2024"] not in store.entity_labels(b)
@@ -382,7 +375,6 @@ def test_labels_of_leaves_out_what_entity_labels_leaves_out(store, request):
 
 def test_present_counts_what_the_whole_boundary_alignment_counts(store, request):
     """present and align_entities' exact match agree on an entity mentioned only as a value."""
-    _values_are_nodes_in_the_embedded_store(request, "present")
     c1, _, _, ids, _ = _wide(store)
     b = Boundary("t1", ("c1",))
     exact = [m.entity_id for m in store.align_entities(b, [ids["2024"]], np.zeros((1, 16), np.float32), 1)[0]
@@ -393,7 +385,6 @@ def test_present_counts_what_the_whole_boundary_alignment_counts(store, request)
 def test_align_among_matches_like_the_whole_boundary_alignment(store, request):
     """With `among`, an entity exact in the boundary still matches exactly; an entity mentioned
     only as a value does not, as without `among`."""
-    _values_are_nodes_in_the_embedded_store(request, "align_entities(among=…)")
     c1, _, _, ids, _ = _wide(store)
     b = Boundary("t1", ("c1",))
     zero = np.zeros((1, 16), np.float32)
@@ -450,17 +441,11 @@ def test_context_mentions_and_sentence_incidence_for_given_ids(store):
     assert store.sentence_incidence(Boundary("t1"), entity_ids=[]).sentence_ids == ()
 
 
-def _embedded_reads_given_ids_in_the_tenant(request, what):
-    if request.node.callspec.params["store"] == "sqlite":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            f"SqliteGraphStore.{what} checks the given ids against the tenant only, so contexts of the tenant outside "
-            "the boundary (another conversation, session, agent or time) come back")))
 
 
 def test_context_mentions_of_given_ids_stay_inside_the_boundary(store, request):
     """The graph a query sees is its boundary's (module docstring): asked for a context of another
     conversation or session of the tenant, context_mentions leaves it out."""
-    _embedded_reads_given_ids_in_the_tenant(request, "context_mentions(context_ids=…)")
     c1, c2, _, _, _ = _wide(store)
     b = Boundary("t1", ("c1",), ("s1",))
     asked = [r.turn_id for r in c1 + c2]
@@ -469,7 +454,6 @@ def test_context_mentions_of_given_ids_stay_inside_the_boundary(store, request):
 
 def test_align_among_takes_its_candidates_inside_the_boundary(store, request):
     """Candidate contexts outside the boundary (another session of the conversation) lend no entity."""
-    _embedded_reads_given_ids_in_the_tenant(request, "align_entities(among=…)")
     c1, _, _, ids, _ = _wide(store)
     b = Boundary("t1", ("c1",), ("s1",))
     [near] = store.align_entities(b, [entity_id("t1", "lyons")], vec("lyon")[None, :], 1, among=[c1[4].turn_id])
@@ -534,17 +518,11 @@ def test_bounded_walk_builds_its_neighbourhood_as_stated(store):
     assert set(got) == {t[0], t[1], t[2]} and got[t[0]] > 0 and got[t[2]] > 0
 
 
-def _embedded_walk_takes_any_context(request):
-    if request.node.callspec.params["store"] == "sqlite":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "SqliteGraphStore._neighbourhood puts the given and the reset's contexts in the walk without checking "
-            "them against the boundary (another conversation's or tenant's turn ids come back with scores)")))
 
 
 def test_bounded_walk_stays_inside_the_boundary(store, request):
     """Contexts and reset ids outside the boundary (another conversation, another tenant) are
     ignored, as in the whole-boundary walk: only the boundary's contexts come back."""
-    _embedded_walk_takes_any_context(request)
     c1, c2, t2, ids, ids2 = _wide(store)
     b = Boundary("t1", ("c1",))
     reset = {c2[0].turn_id: 1.0, t2[0].turn_id: 1.0, ids2["rome"]: 1.0, ids["rome"]: 1.0}

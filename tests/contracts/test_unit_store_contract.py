@@ -266,16 +266,10 @@ def test_bounded_reads_answer_what_the_boundarys_turns_say(store):
     assert store.session_starts("t1", []) == {}
 
 
-def _embedded_containing_ignores_the_tenant(request):
-    if request.node.callspec.params["store"] == "sqlite":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "SqliteUnitStore.containing reads unit_members by turn id alone and never checks the tenant "
-            "(another tenant's turn ids are answered)")))
 
 
 def test_containing_never_answers_for_another_tenants_turns(store, request):
     """Like every read of the port that takes a tenant: another tenant's ids are absent."""
-    _embedded_containing_ignores_the_tenant(request)
     rows = forgetting.dataset()
     forgetting.write(store, MODEL, rows)
     theirs = [r.turn_id for r in rows if r.tenant_id == "t2"]

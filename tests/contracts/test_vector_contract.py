@@ -312,10 +312,6 @@ def test_nearest_is_score_units_best_first_inside_the_boundary(store):
 
 
 def test_nearest_in_a_boundary_of_no_conversations_is_empty(store, request):
-    if request.node.callspec.params["store"] == "sqlite":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "SqliteVectorStore.nearest reads `boundary.conversation_ids or (None,)`: an empty tuple of "
-            "conversations becomes the whole tenant")))
     store.apply(VectorChangeSet(upsert_points=[p for p in _bounded_points("t1") if p.collection == "turn"]), {0: 1})
     b = Boundary("t1", ())
     assert len(store.score_units("turn", unit_vector(3), b)[0]) == 0
@@ -338,18 +334,12 @@ def test_score_points_equals_score_units_for_the_named_points(store):
     assert store.score_points("turn", q, Boundary("t1"), []) == {}
 
 
-def _embedded_sentences_are_stale(request, collections):
-    if request.node.callspec.params["store"] == "sqlite" and "sentence" in collections:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "SqliteVectorStore keeps no change rows for sentences (points_changes_* triggers skip them), so a "
-            "loaded sentence scope never sees later writes")))
 
 
 @pytest.mark.parametrize("collections", [("turn", "window"), ("sentence",)], ids=["units", "sentences"])
 def test_nearest_and_score_points_see_every_write_and_forget(store, request, collections):
     """A write, a replacement, a delete and a forget applied before the call are seen by the next
     read, also when the scope was read (and possibly kept) before."""
-    _embedded_sentences_are_stale(request, collections)
     for collection in collections:
         _see_every_write_and_forget(store, collection)
 
