@@ -599,12 +599,12 @@ class Neo4jGraphStore:
                               exclude_labels: tuple[str, ...] = (), max_share: float = 1.0, max_iterations: int = 50,
                               tolerance: float = 1e-7, contexts: list[str] | None = None,
                               contexts_total: int | None = None, hub_cap: int | None = None,
-                              per_entity: int = 200) -> dict[str, float]:
+                              per_entity: int = 200, reach: int = REACH_ENTITIES) -> dict[str, float]:
         sources = [[node, float(mass)] for node, mass in sorted(reset.items()) if mass > 0]
         if not sources:
             return {}
         if contexts is not None:
-            graph = self._neighbourhood(boundary, reset, contexts, contexts_total, hub_cap, per_entity, max_share,
+            graph = self._neighbourhood(boundary, reset, contexts, contexts_total, hub_cap, per_entity, reach, max_share,
                                         tuple(exclude_labels))
             return graph.walk(dict(sources), damping, adjacency_weight, max_iterations, tolerance)
         self._require_weighted_sources()
@@ -633,12 +633,12 @@ class Neo4jGraphStore:
         raise AssertionError("unreachable")
 
     def _neighbourhood(self, b: Boundary, reset: dict[str, float], contexts: list[str], contexts_total: int | None,
-                       hub_cap: int | None, per_entity: int, max_share: float,
+                       hub_cap: int | None, per_entity: int, reach: int, max_share: float,
                        exclude_labels: tuple[str, ...]) -> "_Neighbourhood":
         """The part of the boundary's graph a bounded walk runs on (schemas/ports/graph.py): the
         given contexts and the reset's that are inside the boundary, the `per_entity` strongest
         contexts (by eq. 4 weight, then id) of each reset entity that is not a hub (the
-        REACH_ENTITIES strongest of them), every graph entity those contexts mention unless a hub
+        `reach` strongest of them), every graph entity those contexts mention unless a hub
         (degree in the boundary's conversations above `hub_cap` or `max_share` of
         `contexts_total`), and the NEXT edges between the contexts."""
         where, params = _admits(b)
@@ -646,7 +646,7 @@ class Neo4jGraphStore:
         reset_entities = [n for n in reset if not n.startswith("t_")]
         degree = self._degrees(b, reset_entities, cap=hub_cap)
         reach = sorted((e for e in reset_entities if 0 < degree.get(e, 0) <= limit),
-                       key=lambda e: (-reset[e], e))[:REACH_ENTITIES]
+                       key=lambda e: (-reset[e], e))[:reach]
         seeds = list(dict.fromkeys([*contexts, *(n for n in reset if n.startswith("t_"))]))
         found = self._query(
             "reading a walk's contexts",

@@ -202,13 +202,24 @@ class OpenSearchLexicalIndex(OpenSearchViewBase):
         q = self._query(kind, query, boundary)
         if q is None or limit <= 0:
             return np.zeros(0, np.int64), np.zeros(0)
+        # One request below the page size, unsorted (the engine's sort on a second key doubles its
+        # time here); the order is made after, the same: score, then key.
+        return self.score_units_query(q, boundary, limit)
+
+    def score_ids(self, kind: UnitKind, query: str, boundary: Boundary, unit_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        q = self._query(kind, query, boundary)
+        if q is None or not unit_ids:
+            return np.zeros(0, np.int64), np.zeros(0)
+        q["bool"]["filter"].append({"terms": {"unit_id": sorted(set(unit_ids))}})
+        return self.score_units_query(q, boundary, len(set(unit_ids)))
+
+    def score_units_query(self, q: dict, boundary: Boundary, limit: int) -> tuple[np.ndarray, np.ndarray]:
         if limit > _PAGE:
             hits = self._ranked(q, boundary, limit, "scoring units in the lexical index", "key")
         else:
-            # One request, unsorted (the engine's sort on a second key doubles its time here);
-            # the order is made below, the same: score, then key.
             with self._translate("scoring units in the lexical index"):
-                hits = self._search(boundary, {"query": q, "size": limit, "_source": False, "stored_fields": "_none_", "docvalue_fields": ["key"]})
+                hits = self._search(boundary, {"query": q, "size": limit, "_source": False, "stored_fields": "_none_",
+                                               "docvalue_fields": ["key"]})
         keys = np.asarray([h["fields"]["key"][0] for h in hits], dtype=np.int64)
         scores = np.asarray([h["_score"] for h in hits], dtype=float)
         order = np.lexsort((keys, -scores))

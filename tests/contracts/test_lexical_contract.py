@@ -10,6 +10,7 @@ import pytest
 
 from schemas.events import ForgetScope
 from schemas.ports.lexical import LexicalChangeSet, LexicalDoc
+from schemas.units import unit_key
 from schemas.ports.views import Boundary, Forget
 from streams.segmentation import diff_units
 from tests.contracts import forgetting
@@ -97,6 +98,24 @@ def test_scoring_every_kind_at_once_equals_each_kind_alone(index):
         alone.update(zip(k.tolist(), v.tolist()))
     assert len(alone) == 4 and set(together) == set(alone)  # t-a, t-b, w-a, e-a; not c2, not t2
     assert all(abs(together[k] - alone[k]) < 1e-5 for k in alone)
+
+
+def test_scoring_named_units_gives_each_the_score_of_the_whole_ranking(index):
+    """score_ids: the named units inside the boundary that match, each with the score score_units
+    gives it; units of another tenant, conversation or kind, and units that do not match, are absent."""
+    index.apply(LexicalChangeSet(upsert_docs=[
+        doc("t-a", "pottery class"), doc("t-b", "hiking trip"), doc("t-c", "pottery pottery wheel", conv="c2"),
+        doc("t-d", "pottery and a lot of hiking"), doc("w-a", "pottery class and a hiking trip", kind="window"),
+        doc("t-x", "pottery", tenant="t2"),
+    ]), {0: 6})
+    b = Boundary("t1", ("c1",))
+    keys, scores = index.score_units("turn", "pottery hiking", b, 100)
+    whole = dict(zip(keys.tolist(), scores.tolist()))
+    k, v = index.score_ids("turn", "pottery hiking", b, ["t-a", "t-d", "t-c", "t-x", "w-a", "nope"])
+    named = dict(zip(k.tolist(), v.tolist()))
+    assert set(named) == {unit_key("t-a"), unit_key("t-d")}
+    assert all(abs(named[key] - whole[key]) < 1e-5 for key in named)
+    assert index.score_ids("turn", "   ", b, ["t-a"])[0].size == 0 and index.score_ids("turn", "pottery", b, [])[0].size == 0
 
 
 def test_reads_from_several_threads_at_once_answer_as_alone(index, request):
