@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from schemas.errors import ViewUnavailable
+from schemas.versioned_cache import Lru
 from schemas.text import normalize_entity
 from schemas.units import entity_id
 from services.query.analysis import keyword_words, stem, stop_words, tokens
@@ -124,12 +125,43 @@ class _Turns:
     day: np.ndarray  # per turn: the day it occurred (ordinal)
 
 
+# What the method derives from one turn's text alone, kept by turn id (a turn's text never
+# changes): the bounded path meets the same turns in question after question.
+_BY_TURN = Lru(200_000)
+
+
+def _turn_words(turns) -> list[tuple[int, frozenset[str]]]:
+    """Per turn: its word count and its stems (of 'speaker: text')."""
+    found, missing = _BY_TURN.get_many([("words", t.unit_id) for t in turns])
+    if missing:
+        made = {}
+        for t in turns:
+            if ("words", t.unit_id) in found:
+                continue
+            text = f"{t.provenance.speakers[0]}: {t.text}"
+            made[("words", t.unit_id)] = (max(len(text.split()), 1), frozenset(tokens(text)))
+        _BY_TURN.put_many(made)
+        found.update(made)
+    return [found[("words", t.unit_id)] for t in turns]
+
+
+def _calendar_and_numbers(turns) -> list[tuple[bool, bool]]:
+    """Per turn: whether its text holds calendar words and number words."""
+    found, missing = _BY_TURN.get_many([("when", t.unit_id) for t in turns])
+    if missing:
+        made = {("when", t.unit_id): (bool(_TIME_RE.search(t.text)), bool(_NUM_RE.search(t.text)))
+                for t in turns if ("when", t.unit_id) not in found}
+        _BY_TURN.put_many(made)
+        found.update(made)
+    return [found[("when", t.unit_id)] for t in turns]
+
+
 def _turn_arrays(corpus) -> _Turns:
     cached = getattr(corpus, "_zeromem_turns", None)
     if cached is None:
-        texts = [f"{t.provenance.speakers[0]}: {t.text}" for t in corpus.turns]
-        ntok = np.array([max(len(x.split()), 1) for x in texts], dtype=float)
-        stems = [set(tokens(x)) for x in texts]
+        words = _turn_words(corpus.turns)
+        ntok = np.array([n for n, _ in words], dtype=float)
+        stems = [bag for _, bag in words]
         vocabulary = {w: j for j, w in enumerate(sorted({w for bag in stems for w in bag}))}
         rows = [i for i, bag in enumerate(stems) for _ in bag]
         cols = [vocabulary[w] for bag in stems for w in bag]
@@ -229,11 +261,13 @@ class ZeroMem:
             version, mentions = None, {}
         speakers = {entity_id(b.tenant_id, normalize_entity(s)) for s in c.speakers}
         flags = {k: np.zeros(self.n) for k in ("date", "number", "place", "person")}
+        words = _calendar_and_numbers(c.turns)
         for i, t in enumerate(c.turns):
             found = mentions.get(t.unit_id, ())
             labels = {lab for _, lab in found}
-            flags["date"][i] = bool(labels & _DATE_LABELS) or bool(_TIME_RE.search(t.text))
-            flags["number"][i] = bool(labels & _NUMBER_LABELS) or bool(_NUM_RE.search(t.text))
+            has_time, has_number = words[i]
+            flags["date"][i] = bool(labels & _DATE_LABELS) or has_time
+            flags["number"][i] = bool(labels & _NUMBER_LABELS) or has_number
             flags["place"][i] = bool(labels & _PLACE_LABELS)
             flags["person"][i] = any(lab == "PERSON" and eid not in speakers for eid, lab in found)
         flags["duration"] = np.maximum(flags["date"], flags["number"])
@@ -241,7 +275,10 @@ class ZeroMem:
             for eid, lab in mentions.get(t.unit_id, ()):
                 if lab == "PERSON" and eid in speakers:
                     continue
-                flags.setdefault("label:" + lab, np.zeros(self.n))[i] = 1.0
+                key = "label:" + lab
+                if key not in flags:
+                    flags[key] = np.zeros(self.n)
+                flags[key][i] = 1.0
         if version is not None:
             c._type_flags = (version, flags)
         return flags
