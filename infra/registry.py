@@ -259,7 +259,9 @@ class Registry:
             if scheme == "sqlite":
                 from infra.vectors.sqlite import SqliteVectorStore
 
-                return SqliteVectorStore(d / "vectors.sqlite", generation)
+                views = self.settings.views
+                return SqliteVectorStore(d / "vectors.sqlite", generation, exact_limit=views.dense_exact_limit,
+                                         max_points=views.dense_max_points)
             from infra.vectors.qdrant import QdrantVectorStore
 
             return QdrantVectorStore(self._qdrant(url), prefix, generation, sealer=self.sealer())

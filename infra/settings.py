@@ -39,8 +39,13 @@ class ViewSettings(BaseSettings):
     model_config = _cfg("MEMSTREAM_VIEWS_")
     hierarchy_url: str = Field("sqlite://", description="sqlite:// (embedded) or opensearch[s]://[USER@]host:port[?prefix=memstream]")
     lexical_url: str = Field("tantivy://", description="tantivy:// (embedded) or opensearch[s]://[USER@]host:port[?prefix=memstream]")
-    dense_url: str = Field("sqlite://", description="sqlite:// (embedded, exact numpy search), qdrant://host:port[?grpc_port=N] "
-                                                    "(qdrants:// for TLS) or qdrant+local://[path]")
+    dense_url: str = Field("sqlite://", description="sqlite:// (embedded: exact search while a scope is small, HNSW beyond), "
+                                                    "qdrant://host:port[?grpc_port=N] (qdrants:// for TLS) or qdrant+local://[path]")
+    dense_max_points: int = Field(2_000_000, ge=1, description="Embedded dense view: points its in-memory search scopes hold in "
+                                  "all (~1.6 kB each at 384 dimensions, HNSW included); the least recently searched scopes are "
+                                  "dropped past it and made again on their next search.")
+    dense_exact_limit: int = Field(20_000, ge=1, description="Embedded dense view: points up to which a scope is searched exactly; "
+                                   "beyond, by an HNSW index (usearch).")
     qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server (sent as the api-key header / gRPC metadata).")
     neo4j_password: SecretStr | None = Field(None, description="Password of the user named in neo4j://USER@host:port (default user neo4j).")
     opensearch_password: SecretStr | None = Field(None, description="Basic-auth password of the user named in opensearch[s]://USER@host:port.")
