@@ -120,7 +120,7 @@ class Scope:
         live = np.flatnonzero(self.alive)
         # Inner product on L2-normalised vectors is the cosine; f32 keeps the scores exact.
         self.ann = Index(ndim=self.dim, metric="ip", dtype="f32", connectivity=16, expansion_add=40, expansion_search=128)
-        self.ann.add(live, self.matrix[live], threads=1)
+        self.ann.add(live, self.matrix[live], threads=0)  # the one bulk build: every core (later adds: one point, one thread)
         self.matrix = np.zeros((0, self.dim), np.float32)
 
     # -- reads -----------------------------------------------------------------------------
