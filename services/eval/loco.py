@@ -35,6 +35,7 @@ from schemas.query import SearchRequest
 from services.eval import intervals
 from services.eval.locomo import Question, request
 from services.eval.metrics import CATEGORIES, budget_turns, parse_ref
+from services.query.candidates import candidate_corpus
 from services.query.config import DEFAULT, ZeroMemConfig
 from services.query.context import QueryContext
 from services.query.zeromem import MODES, ZeroMem
@@ -129,8 +130,13 @@ class QuestionBank:
             q = self.qs[i]
             req = SearchRequest(question=q.question, tenant_id=self.tenant, conversation_id=q.conversation, max_turns=max(self.budgets), k=self.k)
             boundary = self.service.boundary(req)
-            corpus = self.service.corpora.get(self.views.store("hierarchy"), boundary)
-            self._ctx[i] = QueryContext(req, boundary, corpus, self.views, self.service.encoder, self.service.extractor)
+            ctx = self._ctx[i] = QueryContext(req, boundary, None, self.views, self.service.encoder, self.service.extractor)
+            if self.service.bounds is not None:  # the service's own path: the question's candidates
+                ctx.bounds = self.service.bounds
+                ctx.corpus = candidate_corpus(ctx, self.service.bounds)
+            else:
+                ctx.corpus = self.service.corpora.get(self.views.store("hierarchy"), boundary)
+            corpus = ctx.corpus
             refs = []
             for t in corpus.turns:
                 ref = parse_ref((t.provenance.source_refs or (None,))[0])
