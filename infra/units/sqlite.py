@@ -170,12 +170,6 @@ class SqliteUnitStore(SqliteViewBase):
             out.update({key: units[uid] for key, uid, _ in rows if uid in units})
         return out
 
-    def sample(self, boundary: Boundary, n: int) -> list[str]:
-        """`n` turn ids of the boundary's conversations, the same ones every time while they hold them."""
-        where, args = boundary_where(Boundary(boundary.tenant_id, boundary.conversation_ids))
-        rows = self._conn().execute(f"SELECT turn_id FROM turns WHERE {where} ORDER BY turn_id LIMIT ?", (*args, n)).fetchall()
-        return [r[0] for r in rows]
-
     def speakers(self, boundary: Boundary) -> list[str]:
         where, args = boundary_where(Boundary(boundary.tenant_id, boundary.conversation_ids))
         rows = self._conn().execute(f"SELECT DISTINCT speaker FROM speakers WHERE {where} ORDER BY speaker", args).fetchall()

@@ -18,35 +18,15 @@ only (services/query/context.py, zeromem.py). Min-max normalisation is over the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from schemas.errors import ViewUnavailable
 from schemas.ports.views import Boundary
 from schemas.units import TraceUnit, unit_key
+from services.query.config import Bounds
 from services.query.corpus import Corpus, Level, window_size
 
 KINDS = ("turn", "window", "episode")
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """How much of a boundary one question reads. Chosen on the haystack of `memstream bench grow`
-    (dev conversations among filler), not on the recall grid."""
-
-    lexical_top: int = 100   # BM25 hits per unit kind
-    dense_top: int = 100     # nearest points per unit kind
-    members_of: int = 10     # best windows and episodes whose member turns join the candidates
-    members_cap: int = 40    # ... unless the unit holds more turns than this (its score still lifts the candidates it holds)
-    neighbours: int = 1      # ±r session neighbours of every candidate turn
-    hub_cap: int = 1_000     # entities mentioned by more contexts are left out of the graph walk
-    per_entity: int = 200    # contexts a walk reaches through each activated entity ...
-    reach: int = 32          # ... of the most activated ones
-    reference: int = 0       # turns of the boundary that join every question's candidates (anchors for min-max)
-
-
-DEFAULT_BOUNDS = Bounds()
 
 
 def _inside(u: TraceUnit, b: Boundary) -> bool:
@@ -104,8 +84,6 @@ def candidate_corpus(ctx, bounds: Bounds) -> Corpus:
         containing = units.containing(b.tenant_id, [*turns, *wanted])
         group_ids = {g for gs in containing.values() for g in gs} - set(groups)
         groups.update(units.get_units(b.tenant_id, sorted(group_ids)))
-        if bounds.reference:
-            wanted |= set(units.sample(b, bounds.reference)) - set(turns)
         near = _neighbours(set(turns) | wanted, groups.values(), bounds.neighbours)
         more = sorted((wanted | near) - set(turns))
         turns.update({uid: u for uid, u in units.get_units(b.tenant_id, more).items() if _inside(u, b)})

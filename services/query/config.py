@@ -94,3 +94,23 @@ class ZeroMemConfig:
 
 
 DEFAULT = ZeroMemConfig()
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """How much of a boundary one question reads on the bounded path (services/query/candidates.py).
+    Not part of the recall tuning grid (services/eval/loco.py): set so that the dev split's recall
+    stays within half a point of ranking the whole boundary, and checked on the haystack of
+    `memstream bench grow` (a dev conversation among filler of its own words)."""
+
+    lexical_top: int = 100   # BM25 hits per unit kind
+    dense_top: int = 100     # nearest points per unit kind
+    members_of: int = 10     # best windows and episodes whose member turns join the candidates
+    members_cap: int = 40    # ... unless the unit holds more turns than this (its score still lifts the candidates it holds)
+    neighbours: int = 1      # ±r session neighbours of every candidate turn
+    hub_cap: int = 1_000     # entities mentioned by more contexts are left out of the graph walk
+    per_entity: int = 200    # contexts a walk reaches through each activated entity ...
+    reach: int = 32          # ... of the most activated ones
+
+
+DEFAULT_BOUNDS = Bounds()

@@ -14,7 +14,8 @@ from schemas.errors import BadRequest, ViewUnavailable
 from schemas.ports.views import Boundary, read_scope
 from schemas.query import Evidence, SearchRequest, SearchResponse
 from services.query import baselines
-from services.query.candidates import DEFAULT_BOUNDS, Bounds, candidate_corpus
+from services.query.candidates import candidate_corpus
+from services.query.config import DEFAULT_BOUNDS, Bounds
 from services.query.context import Candidate, Guarded, QueryContext, Ranking, unavailable_as
 from services.query.corpus import Corpus, CorpusCache
 
