@@ -15,9 +15,23 @@ import pytest
 
 from schemas.errors import FormatTooNew
 from schemas.ports.views import VIEW_NAMES
+from infra.graph.sqlite import SqliteGraphStore
+from infra.sqlite_base import SqliteViewBase
+from infra.units.sqlite import SqliteUnitStore
+from infra.vectors.sqlite import SqliteVectorStore
 from tests.e2e.helpers import assert_same_views, dumps, make_pipeline, publish, sample_items
 
 pytestmark = pytest.mark.e2e
+
+
+# The format each embedded view's generation is stamped with by this release (the lexical view's
+# SQLite file is tantivy's ledger, a plain view base).
+FORMATS = {"hierarchy": SqliteUnitStore.format_version, "graph": SqliteGraphStore.format_version,
+           "dense": SqliteVectorStore.format_version, "lexical": SqliteViewBase.format_version}
+
+
+def current_format(path: Path) -> str:
+    return str(FORMATS[path.parent.parent.name])
 
 
 def view_files(data_dir: Path) -> list[Path]:
@@ -56,7 +70,7 @@ def test_previous_release_opens_newer_is_refused_older_view_is_rebuilt(tmp_path,
     reference = run(data, models, items=sample_items())
     files = view_files(data)
     assert {f.parent.parent.name for f in files} == set(VIEW_NAMES)
-    assert all(sql(f, read="SELECT value FROM meta WHERE key='format'") == "2" for f in files)
+    assert all(sql(f, read="SELECT value FROM meta WHERE key='format'") == current_format(f) for f in files)
     records = [data / "log.sqlite", data / "keys.sqlite", data / "views" / "catalog.sqlite"]
     records = [p for p in records if p.exists()] or pytest.fail(f"no record files in {sorted(data.iterdir())}")
     assert all(sql(p, read="PRAGMA user_version") == 1 for p in records)
@@ -67,7 +81,7 @@ def test_previous_release_opens_newer_is_refused_older_view_is_rebuilt(tmp_path,
     for p in records:
         sql(p, "PRAGMA user_version=0")
     assert_same_views(reference, run(data, models))
-    assert all(sql(f, read="SELECT value FROM meta WHERE key='format'") == "2" for f in files)
+    assert all(sql(f, read="SELECT value FROM meta WHERE key='format'") == current_format(f) for f in files)
     assert all(sql(f, read="SELECT COUNT(*) FROM pragma_table_info('turns') WHERE name='supersedes'") == 1 for f in files)
     assert all(sql(p, read="PRAGMA user_version") == 1 for p in records)
 
@@ -77,7 +91,7 @@ def test_previous_release_opens_newer_is_refused_older_view_is_rebuilt(tmp_path,
     with pytest.raises(FormatTooNew, match=f"{hierarchy}.*newer memstream.*format 99"):
         run(data, models)
     assert sql(hierarchy, read="SELECT value FROM meta WHERE key='format'") == "99"
-    sql(hierarchy, "UPDATE meta SET value='2' WHERE key='format'")
+    sql(hierarchy, f"UPDATE meta SET value='{current_format(hierarchy)}' WHERE key='format'")
     log_file = data / "log.sqlite"
     sql(log_file, "PRAGMA user_version=7")
     with pytest.raises(FormatTooNew, match="log.sqlite.*newer memstream.*format 7"):

@@ -33,6 +33,7 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings, strategies as st
 
@@ -40,6 +41,7 @@ from schemas.events import TurnRecorded
 from schemas.ports.views import Boundary
 from schemas.query import STRATEGIES, SearchRequest, SearchResponse
 from schemas.units import turn_unit_id
+from services.query.config import DEFAULT_BOUNDS
 from tests.e2e.helpers import make_pipeline, registry_with
 
 pytestmark = pytest.mark.e2e
@@ -380,10 +382,24 @@ class _Delegate:
 
 class TenantBlindUnits(_Delegate):
     """A hierarchy store that drops the tenant filter: the boundary's conversations, sessions,
-    agents and times of every tenant."""
+    agents and times of every tenant, on the whole-boundary listing and on the bounded path's
+    reads by key and id alike."""
 
     def list_units(self, boundary, kind):
         return [u for t in TENANTS for u in self.inner.list_units(Boundary(t, *_filters(boundary)), kind)]
+
+    def units_by_keys(self, tenant_id, keys):
+        return {k: u for t in TENANTS for k, u in self.inner.units_by_keys(t, keys).items()}
+
+    def get_units(self, tenant_id, unit_ids):
+        return {i: u for t in TENANTS for i, u in self.inner.get_units(t, unit_ids).items()}
+
+    def containing(self, tenant_id, turn_ids):
+        out: dict[str, list[str]] = {}
+        for t in TENANTS:
+            for turn, units in self.inner.containing(t, turn_ids).items():
+                out.setdefault(turn, []).extend(units)
+        return out
 
 
 class WrongTenantLexical(_Delegate):
@@ -392,40 +408,86 @@ class WrongTenantLexical(_Delegate):
     back, but the asking tenant's ranking loses its BM25 evidence."""
 
     def score_units(self, kind, query, boundary, limit):
-        other = TENANTS[(TENANTS.index(boundary.tenant_id) + 1) % len(TENANTS)]
-        return self.inner.score_units(kind, query, Boundary(other, *_filters(boundary)), limit)
+        return self.inner.score_units(kind, query, _other_tenant(boundary), limit)
+
+    def score_ids(self, kind, query, boundary, unit_ids):
+        return self.inner.score_ids(kind, query, _other_tenant(boundary), unit_ids)
+
+
+def _other_tenant(b: Boundary) -> Boundary:
+    return Boundary(TENANTS[(TENANTS.index(b.tenant_id) + 1) % len(TENANTS)], *_filters(b))
 
 
 def _filters(b: Boundary) -> tuple:
     return (b.conversation_ids, b.session_ids, b.agent_ids, b.since, b.until)
 
 
+def _every_tenant(read, boundary, limit):
+    """(keys, scores) of `read` over the boundary in every tenant, best `limit` first."""
+    parts = [read(Boundary(t, *_filters(boundary))) for t in TENANTS]
+    keys = np.concatenate([k for k, _ in parts]).astype(np.int64)
+    scores = np.concatenate([v for _, v in parts]).astype(float)
+    top = np.argsort(-scores, kind="stable")[:limit]
+    return keys[top], scores[top]
+
+
+class TenantBlindLexical(_Delegate):
+    """A lexical index that drops the tenant filter: BM25 hits of every tenant."""
+
+    def score_units(self, kind, query, boundary, limit):
+        return _every_tenant(lambda b: self.inner.score_units(kind, query, b, limit), boundary, limit)
+
+
+class TenantBlindDense(_Delegate):
+    """A dense index that drops the tenant filter: nearest points of every tenant."""
+
+    def nearest(self, collection, vector, boundary, limit):
+        return _every_tenant(lambda b: self.inner.nearest(collection, vector, b, limit), boundary, limit)
+
+
 class DoubledViews:
-    """The service's live views with one view's store wrapped in a test double (one wrapper per
+    """The service's live views with some views' stores wrapped in test doubles (one wrapper per
     store, so caches keyed on a store see one object)."""
 
-    def __init__(self, views, view: str, double):
-        self.views, self.view, self.double = views, view, double
+    def __init__(self, views, doubles: dict):
+        self.views, self.doubles = views, doubles
         self._wrapped: dict[int, object] = {}
 
     def store(self, view):
         store = self.views.store(view)
-        if view != self.view:
+        if view not in self.doubles:
             return store
         if id(store) not in self._wrapped:
-            self._wrapped[id(store)] = self.double(store)
+            self._wrapped[id(store)] = self.doubles[view](store)
         return self._wrapped[id(store)]
 
 
-def _with_double(service, view: str, double):
+WHOLE = None  # the whole-boundary path (QueryService bounds=None)
+
+
+def _with_double(service, view: str | None = None, double=None, *, bounds=DEFAULT_BOUNDS, **doubles):
     from services.query.service import QueryService
 
-    return QueryService(DoubledViews(service.views, view, double), service.encoder, service.extractor)
+    if view is not None:
+        doubles[view] = double
+    return QueryService(DoubledViews(service.views, doubles), service.encoder, service.extractor, bounds=bounds)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_a_store_that_drops_the_tenant_filter_fails_the_property(service, strategy):
-    leaky = _with_double(service, "hierarchy", TenantBlindUnits)
+    leaky = _with_double(service, "hierarchy", TenantBlindUnits, bounds=WHOLE)
+    with pytest.raises(LeakFound):
+        run_property(leaky, strategy, 50, phases=(Phase.generate,))
+
+
+@pytest.mark.parametrize("strategy", ["zero-mem", "bm25", "dense"])
+def test_the_bounded_path_leaks_only_when_both_the_index_and_the_hierarchy_drop_the_tenant(service, strategy):
+    """On the bounded path candidates come from the indexes and their units from the hierarchy
+    by key and id, each read filtered on the tenant: one store dropping its filter leaks nothing,
+    an index and the hierarchy both dropping it fail the property."""
+    run_property(_with_double(service, "hierarchy", TenantBlindUnits), strategy, 30)
+    run_property(_with_double(service, lexical=TenantBlindLexical, dense=TenantBlindDense), strategy, 30)
+    leaky = _with_double(service, hierarchy=TenantBlindUnits, lexical=TenantBlindLexical, dense=TenantBlindDense)
     with pytest.raises(LeakFound):
         run_property(leaky, strategy, 50, phases=(Phase.generate,))
 
