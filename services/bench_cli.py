@@ -6,7 +6,11 @@ models) on a free loopback port, and stops it at the end.
 (services/bench/ingest.py).
 
 `memstream bench scale`: the measured tenants' latency and recall as a store grows with a
-synthetic fleet (services/bench/scale.py, services/bench/fleet.py)."""
+synthetic fleet (services/bench/scale.py, services/bench/fleet.py).
+
+`memstream bench grow`: the bounded query path as one conversation grows (an agent's loop against
+a serve on the store, recall in a haystack) and across a tenant being written to
+(services/bench/grow.py)."""
 
 from __future__ import annotations
 
@@ -97,6 +101,37 @@ def register(sub) -> None:
     q.add_argument("--plot", type=Path, help="write a PNG plot here")
     q.set_defaults(func=cmd_query)
 
+    g = bsub.add_parser("grow", help="one LoCoMo conversation grown among filler sessions (1k/10k/100k turns): "
+                                     "an agent's loop (add, wait, search after the write and with nothing written) "
+                                     "against a serve on it, recall per strategy, and a whole tenant searched while "
+                                     "written to (embedded; resumable)")
+    g.add_argument("--locomo", type=Path, default=locomo.DEFAULT_PATH,
+                   help="the LoCoMo dev split (default: %(default)s)")
+    g.add_argument("--conversation", default="conv-26", help="the dev conversation grown (default %(default)s)")
+    g.add_argument("--sizes", default="1000,10000,100000",
+                   help="turns in the conversation, comma-separated (default %(default)s)")
+    g.add_argument("--rounds", type=int, default=200, help="agent-loop rounds per size (default %(default)s)")
+    g.add_argument("--parts", default="loop,haystack",
+                   help="comma-separated, of loop,haystack,tenant (default %(default)s)")
+    g.add_argument("--tenant", action="store_true", help="also the tenant-wide part (long)")
+    g.add_argument("--whole-up-to", type=int, default=10_000,
+                   help="Zero-Mem over the whole boundary too at sizes up to this (default %(default)s)")
+    g.add_argument("--questions", type=int, help="the haystack asks only the first N questions (smoke runs)")
+    g.add_argument("--tenant-conversations", type=int, default=200)
+    g.add_argument("--tenant-turns", type=int, default=100_000)
+    g.add_argument("--write-rate", type=float, default=50.0,
+                   help="turns/s written to the tenant while it is searched (default %(default)s)")
+    g.add_argument("--tenant-searches", type=int, default=200,
+                   help="tenant-wide searches, and as many agent-scoped (default %(default)s)")
+    g.add_argument("--projections", choices=("inline", "child"), default="inline",
+                   help="for the serves this starts (see memstream serve; default %(default)s)")
+    g.add_argument("--seed", type=int, default=7)
+    g.add_argument("--root", type=Path, default=Path("bench-results/grow"),
+                   help="where the stores grow (kept: a run resumes; default %(default)s)")
+    g.add_argument("--out", type=Path, default=Path("bench-results/grow.json"),
+                   help="the JSON report; the PNG plot goes beside it (default %(default)s)")
+    g.set_defaults(func=cmd_grow)
+
 
 
 
@@ -178,6 +213,48 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_grow(args: argparse.Namespace) -> int:
+    from services.bench.grow import PARTS, GrowConfig, plot, run
+
+    if not args.locomo.exists():
+        raise SystemExit(f"no LoCoMo file at {args.locomo} (--locomo)")
+    try:
+        sizes = tuple(sorted({int(x.replace("_", "")) for x in args.sizes.split(",")}))
+    except ValueError:
+        raise SystemExit(f"--sizes: comma-separated turn counts, got {args.sizes!r}") from None
+    parts = tuple(dict.fromkeys([*(p for p in args.parts.split(",") if p), *(["tenant"] if args.tenant else [])]))
+    if not parts or set(parts) - set(PARTS):
+        raise SystemExit(f"--parts: some of {', '.join(PARTS)}, got {args.parts!r}")
+    if not sizes or min(sizes) < 1:
+        raise SystemExit("--sizes: at least one positive turn count")
+    # The serves it starts run on the default embedded log and views (_serve_on): the stores it
+    # grows in-process must be the same ones.
+    elsewhere = sorted(k for k in os.environ if k.startswith(("MEMSTREAM_LOG_", "MEMSTREAM_VIEWS_", "MEMSTREAM_KEYS_")))
+    if elsewhere:
+        raise SystemExit(f"memstream bench grow measures the embedded default; unset {', '.join(elsewhere)}")
+    if args.rounds < 2 or args.tenant_searches < 1 or args.write_rate <= 0 or args.tenant_conversations < 2:
+        raise SystemExit("--rounds ≥ 2, --tenant-searches ≥ 1, --write-rate > 0 and --tenant-conversations ≥ 2")
+    cfg = GrowConfig(locomo=args.locomo, root=args.root, conversation=args.conversation, sizes=sizes,
+                     rounds=args.rounds, parts=parts, whole_up_to=args.whole_up_to, questions=args.questions,
+                     tenant_conversations=args.tenant_conversations, tenant_turns=args.tenant_turns,
+                     write_rate=args.write_rate, tenant_searches=args.tenant_searches, seed=args.seed,
+                     extra={"projections": args.projections})
+
+    @contextmanager
+    def serve(data_dir: Path) -> Iterator[tuple[str, str]]:
+        with _serve_on(data_dir, args.projections, data_dir.parent / f"serve-{data_dir.name}.log") as (url, key, _pid):
+            yield url, key
+
+    def save(report: dict) -> None:
+        report["command"] = " ".join(["memstream", *sys.argv[1:]])
+        write_json(report, args.out)
+        plot(report, args.out.with_suffix(".png"))
+
+    result = run(cfg, serve, progress=lambda m: print(m, file=sys.stderr, flush=True), on_report=save)
+    print(json.dumps({"out": str(args.out), "failures": result["failures"]}, indent=2))
+    return 0 if not any(result["failures"].values()) else 1
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from services.bench.load import LoadConfig, LoadRun, check_loopback
     from services.projection_child import child_pids
@@ -225,40 +302,50 @@ def _serve(args) -> Iterator[tuple[str, str, int | None]]:
             raise SystemExit(f"memstream bench {args.bench_command} --url needs --key or MEMSTREAM_API_KEY")
         yield args.url.rstrip("/"), key, None
         return
-    binary = str(Path(sys.executable).with_name("memstream"))
     with tempfile.TemporaryDirectory(prefix="memstream-bench-") as tmp:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSTREAM_LOG_", "MEMSTREAM_VIEWS_", "MEMSTREAM_KEYS_"))}
-        env.update(MEMSTREAM_DATA_DIR=str(Path(tmp) / "data"), MEMSTREAM_OPS_TOKEN="ops-" + secrets.token_urlsafe(16),
-                   MEMSTREAM_API_RATE_LIMIT_PER_SECOND="0")
-        made = subprocess.run([binary, "keys", "create", "--role", "admin", "--json", "--name", "bench load"], env=env,
-                              capture_output=True, text=True, timeout=120)
-        if made.returncode != 0:
-            raise SystemExit(f"memstream keys create failed: {made.stderr[-2000:]}")
-        key = json.loads(made.stdout)["key"]
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        log = open(Path(tmp) / "serve.log", "wb")
-        proc = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", str(port),
-                                 "--projections", args.projections], env=env, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 300
-            while True:
-                if proc.poll() is not None:
-                    raise SystemExit(f"memstream serve exited: {(Path(tmp) / 'serve.log').read_text()[-2000:]}")
-                try:
-                    with urllib.request.urlopen(f"{url}/healthz", timeout=5):
-                        break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise SystemExit("memstream serve did not answer /healthz within 300 s") from None
-                    time.sleep(0.5)
-            yield url, key, proc.pid
-        finally:
-            proc.send_signal(signal.SIGINT)
+        with _serve_on(Path(tmp) / "data", args.projections, Path(tmp) / "serve.log") as served:
+            yield served
+
+
+@contextmanager
+def _serve_on(data_dir: Path, projections: str, log_path: Path) -> Iterator[tuple[str, str, int]]:
+    """`memstream serve` on `data_dir` (embedded, the configured models) on a free loopback port,
+    with a new admin key; stopped at the end. Its output goes to `log_path` (appended)."""
+    binary = str(Path(sys.executable).with_name("memstream"))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MEMSTREAM_LOG_", "MEMSTREAM_VIEWS_", "MEMSTREAM_KEYS_"))}
+    env.update(MEMSTREAM_DATA_DIR=str(data_dir), MEMSTREAM_OPS_TOKEN="ops-" + secrets.token_urlsafe(16),
+               MEMSTREAM_API_RATE_LIMIT_PER_SECOND="0")
+    made = subprocess.run([binary, "keys", "create", "--role", "admin", "--json", "--name", "bench"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    if made.returncode != 0:
+        raise SystemExit(f"memstream keys create failed: {made.stderr[-2000:]}")
+    key = json.loads(made.stdout)["key"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "ab")
+    proc = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", str(port), "--projections", projections],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"memstream serve exited: {log_path.read_text(errors='replace')[-2000:]}")
             try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            log.close()
+                with urllib.request.urlopen(f"{url}/healthz", timeout=5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("memstream serve did not answer /healthz within 300 s") from None
+                time.sleep(0.5)
+        yield url, key, proc.pid
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

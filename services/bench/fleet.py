@@ -22,7 +22,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from schemas.events import TurnRecorded
 
@@ -131,3 +131,45 @@ class SyntheticFleet:
             words += ["on", f"{when.day} {MONTHS[when.month - 1]} {when.year}"]
         text = " ".join(words)
         return text[0].upper() + text[1:] + rng.choice((".", ".", ".", "!", "?"))
+
+
+class ConversationFiller:
+    """Filler sessions of one existing conversation (`memstream bench grow`'s haystack): the
+    fleet's text, spoken by that conversation's own speakers in sessions of their own, session `s`
+    dated by `day_of(s)`, so that the conversation's real sessions sit among them.
+
+    Turn `i` is a pure function of (the fleet's seed, `event_prefix`, i), like the fleet's: a load
+    that stops resumes at any index and a resent turn repeats its event id. The recurring entities
+    change every `entity_block` sessions, so the haystack drifts between topics as a long
+    conversation does."""
+
+    def __init__(self, fleet: SyntheticFleet, *, tenant_id: str, conversation_id: str, speakers: tuple[str, str],
+                 day_of: Callable[[int], datetime], event_prefix: str, entity_block: int = 20):
+        if entity_block < 1:
+            raise ValueError("entity_block: at least one session")
+        self.fleet, self.tenant_id, self.conversation_id, self.speakers = fleet, tenant_id, conversation_id, speakers
+        self.day_of, self.event_prefix, self.entity_block = day_of, event_prefix, entity_block
+        self._entities = functools.lru_cache(maxsize=4)(self._draw_entities)
+
+    def _draw_entities(self, block: int) -> list[str]:
+        s, v = self.fleet.shape, self.fleet.vocabulary
+        rng = random.Random(f"{s.seed}:{self.event_prefix}:entities:{block}")
+        return rng.sample(v.names, min(s.entities_per_conversation, len(v.names)))
+
+    def session_of(self, i: int) -> int:
+        return i // self.fleet.shape.turns_per_session
+
+    def turn(self, i: int) -> TurnRecorded:
+        session, k = divmod(i, self.fleet.shape.turns_per_session)
+        rng = random.Random(f"{self.fleet.shape.seed}:{self.event_prefix}:turn:{i}")
+        speaker, other = self.speakers if k % 2 == 0 else self.speakers[::-1]
+        day = self.day_of(session)
+        return TurnRecorded(
+            event_id=f"{self.event_prefix}:{i}", tenant_id=self.tenant_id, agent_id=speaker,
+            conversation_id=self.conversation_id, session_id=f"filler_{session + 1}", turn_index=k + 1, speaker=speaker,
+            text=self.fleet._text(rng, other, self._entities(session // self.entity_block), day),
+            occurred_at=day + timedelta(minutes=k),
+        )
+
+    def turns(self, start: int, stop: int) -> Iterator[TurnRecorded]:
+        return (self.turn(i) for i in range(start, stop))

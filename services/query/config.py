@@ -111,6 +111,7 @@ class Bounds:
     hub_cap: int = 1_000     # entities mentioned by more contexts are left out of the graph walk
     per_entity: int = 200    # contexts a walk reaches through each activated entity ...
     reach: int = 32          # ... of the most activated ones
+    walk_from: int = 0       # candidates (the best by BM25 and dense) the walk's neighbourhood starts from; 0: all
 
 
 DEFAULT_BOUNDS = Bounds()

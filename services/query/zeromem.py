@@ -511,8 +511,11 @@ class ZeroMem:
         """On the bounded path, a walk runs on the candidates' neighbourhood of the graph."""
         if not self.corpus.bounded:
             return {}
-        bounds = self.ctx.bounds
-        return {"contexts": [t.unit_id for t in self.corpus.turns], "contexts_total": self.corpus.size, "hub_cap": bounds.hub_cap,
+        bounds, turns = self.ctx.bounds, self.corpus.turns
+        if bounds.walk_from and self.n > bounds.walk_from:  # the walk's neighbourhood grows from the best candidates only
+            first = mm(self.ctx.bm25("turn")) + mm(self.ctx.dense("turn"))
+            turns = [turns[i] for i in np.sort(np.argsort(-first, kind="stable")[: bounds.walk_from])]
+        return {"contexts": [t.unit_id for t in turns], "contexts_total": self.corpus.size, "hub_cap": bounds.hub_cap,
                 "per_entity": bounds.per_entity, "reach": bounds.reach}
 
     def _on_corpus(self, scores: dict[str, float]) -> np.ndarray:
