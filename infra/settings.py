@@ -147,6 +147,17 @@ class OpsSettings(BaseSettings):
     token: SecretStr | None = Field(None, description="MEMSTREAM_OPS_TOKEN: reads /metrics and the ops snapshot, and signs browsers into /dashboard.")
 
 
+class QuerySettings(BaseSettings):
+    """How the query service reads a boundary (services/query/candidates.py)."""
+
+    model_config = _cfg("MEMSTREAM_QUERY_")
+    path: Literal["bounded", "whole"] = Field(
+        "bounded", description="bounded: each question reads its candidates from the views' indexes, so a search costs about "
+        "the same right after a write as with nothing written and grows slowly with the boundary. whole: every turn of the "
+        "boundary is ranked from structures cached per boundary version; faster while nothing is written to a small boundary "
+        "(static corpora, evaluations), but the first search after each write rebuilds them (about 0.26 ms per turn).")
+
+
 class ApiSettings(BaseSettings):
     model_config = _cfg("MEMSTREAM_API_")
     host: str = "127.0.0.1"
@@ -180,6 +191,7 @@ class Settings(BaseSettings):
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     reader: ReaderSettings = Field(default_factory=ReaderSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    query: QuerySettings = Field(default_factory=QuerySettings)
     ops: OpsSettings = Field(default_factory=OpsSettings)
 
     @classmethod

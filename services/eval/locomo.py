@@ -198,6 +198,7 @@ async def session(settings: Settings, registry: Registry, samples, tenant: str, 
     """Ingest the conversations and serve them, with every outbound connection refused except
     to the stores and the counting reader (which forwards to `upstream`, the optional final-QA
     reader, and counts its tokens): what proves an evaluation used zero LLM tokens."""
+    from services.query.config import DEFAULT_BOUNDS
     from services.query.service import QueryService
     from services.views import LiveViews
 
@@ -209,7 +210,8 @@ async def session(settings: Settings, registry: Registry, samples, tenant: str, 
             report["llm_tokens"] = reader.counter.snapshot()["tokens"] - before
             views = LiveViews(registry)
             try:
-                service = QueryService(views, registry.encoder(), registry.extractor())
+                service = QueryService(views, registry.encoder(), registry.extractor(),
+                                       bounds=DEFAULT_BOUNDS if settings.query.path == "bounded" else None)
                 service.start()
                 yield Session(report, views, service, reader, refused)
             finally:

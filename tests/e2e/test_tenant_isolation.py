@@ -351,11 +351,16 @@ def _query_service(settings, models):
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory, models):
+def world(tmp_path_factory, models):
     """Every tenant's events through the embedded log and the four projections, once per module."""
     pipeline, settings = make_pipeline(tmp_path_factory.mktemp("tenants"), models)
     asyncio.run(_ingest(pipeline, WORLD.events))
-    svc, views = _query_service(settings, models)
+    return settings
+
+
+@pytest.fixture(scope="module")
+def service(world, models):
+    svc, views = _query_service(world, models)
     yield svc
     views.close()
 
@@ -369,6 +374,19 @@ def test_every_strategy_keeps_tenants_apart_and_finds_their_own_facts(service, s
           f"fact of their own, {time.perf_counter() - t0:.1f} s")
     assert tried["examples"] >= EXAMPLES
     assert tried["fact_checks"] >= EXAMPLES // 10  # the recall half was exercised (~100 of 500 here), not vacuous
+
+
+def test_the_whole_boundary_path_a_deployment_may_choose_keeps_the_property(world, models):
+    """MEMSTREAM_QUERY_PATH=whole ranks every turn of the boundary instead of its candidates."""
+    from infra.settings import QuerySettings
+
+    svc, views = _query_service(world.model_copy(update={"query": QuerySettings(path="whole")}), models)
+    try:
+        assert svc.bounds is None
+        tried = run_property(svc, "zero-mem", EXAMPLES // 5)
+        assert tried["fact_checks"] >= EXAMPLES // 50
+    finally:
+        views.close()
 
 
 # -- a leaky adapter makes the same check fail ------------------------------------------------
