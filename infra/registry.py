@@ -269,7 +269,7 @@ class Registry:
             if scheme == "sqlite":
                 from infra.graph.sqlite import SqliteGraphStore
 
-                return SqliteGraphStore(d / "graph.sqlite", generation)
+                return SqliteGraphStore(d / "graph.sqlite", generation, max_contexts=self.settings.views.graph_max_contexts)
             from infra.graph.neo4j import Neo4jGraphStore
 
             return Neo4jGraphStore(self._neo4j_uri(url), generation, auth=self._neo4j_auth(url))

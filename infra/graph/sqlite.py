@@ -20,6 +20,7 @@ from typing import Mapping
 import numpy as np
 import scipy.sparse as sp
 
+from infra.graph.scopes import GraphScope, GraphScopes
 from infra.sqlite_base import SqliteViewBase, _chunks, boundary_where, forget_where, utc_iso
 from schemas.ports.graph import EntityMatch, GraphChangeSet, SentenceIncidence
 from schemas.ports.views import Boundary, Forget, Positions, TurnRow
@@ -73,10 +74,40 @@ END;
 CREATE TRIGGER IF NOT EXISTS sentences_entities_out AFTER DELETE ON sentences BEGIN
     DELETE FROM sentence_entities WHERE sentence_id = OLD.sentence_id;
 END;
+-- Contexts whose turn, node mentions or adjacency changed, in commit order, for the in-memory
+-- scopes of infra/graph/scopes.py to follow. Pruned to the last CHANGES_KEPT rows.
+CREATE TABLE IF NOT EXISTS graph_changes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, context_id TEXT NOT NULL, tenant_id TEXT NOT NULL, conversation_id TEXT NOT NULL);
+-- An entity forgotten (nobody mentions it) and named again may come back with another label: its
+-- rows carry its id and no conversation.
+CREATE TRIGGER IF NOT EXISTS graph_changes_entity_in AFTER INSERT ON entities BEGIN
+    INSERT INTO graph_changes (context_id, tenant_id, conversation_id) VALUES (NEW.entity_id, NEW.tenant_id, '');
+END;
+CREATE TRIGGER IF NOT EXISTS graph_changes_turn_in AFTER INSERT ON turns BEGIN
+    INSERT INTO graph_changes (context_id, tenant_id, conversation_id) VALUES (NEW.turn_id, NEW.tenant_id, NEW.conversation_id);
+END;
+CREATE TRIGGER IF NOT EXISTS graph_changes_turn_out AFTER DELETE ON turns BEGIN
+    INSERT INTO graph_changes (context_id, tenant_id, conversation_id) VALUES (OLD.turn_id, OLD.tenant_id, OLD.conversation_id);
+END;
+CREATE TRIGGER IF NOT EXISTS graph_changes_mention_in AFTER INSERT ON mentions WHEN NEW.kind IN ('ner', 'speaker', 'keyword') BEGIN
+    INSERT INTO graph_changes (context_id, tenant_id, conversation_id) VALUES (NEW.context_id, NEW.tenant_id, NEW.conversation_id);
+END;
+CREATE TRIGGER IF NOT EXISTS graph_changes_mention_out AFTER DELETE ON mentions WHEN OLD.kind IN ('ner', 'speaker', 'keyword') BEGIN
+    INSERT INTO graph_changes (context_id, tenant_id, conversation_id) VALUES (OLD.context_id, OLD.tenant_id, OLD.conversation_id);
+END;
+CREATE TRIGGER IF NOT EXISTS graph_changes_edge_in AFTER INSERT ON adjacency BEGIN
+    INSERT INTO graph_changes (context_id, tenant_id, conversation_id)
+        VALUES (NEW.source, NEW.tenant_id, NEW.conversation_id), (NEW.target, NEW.tenant_id, NEW.conversation_id);
+END;
+CREATE TRIGGER IF NOT EXISTS graph_changes_edge_out AFTER DELETE ON adjacency BEGIN
+    INSERT INTO graph_changes (context_id, tenant_id, conversation_id)
+        VALUES (OLD.source, OLD.tenant_id, OLD.conversation_id), (OLD.target, OLD.tenant_id, OLD.conversation_id);
+END;
 """
 
 NODE_KINDS = ("ner", "speaker", "keyword")  # mention kinds that are graph edges (values are not)
 ROWS_KEPT = 200_000  # contexts' mentions and sentences kept by id for the bounded path (each a few hundred bytes)
+CHANGES_KEPT = 500_000
 
 
 
@@ -115,8 +146,13 @@ class SqliteGraphStore(SqliteViewBase):
             c.execute("INSERT OR IGNORE INTO sentence_entities SELECT j.value, s.sentence_id, s.tenant_id, s.conversation_id "
                       "FROM sentences s, json_each(s.entity_ids) j")
 
-    def __init__(self, path, generation: int, cache_size: int = 64):  # conversations, as many as the corpus cache
+    def __init__(self, path, generation: int, cache_size: int = 64, *, max_contexts: int = 500_000):
+        """`cache_size`: whole-boundary snapshots kept (conversations, as many as the corpus cache);
+        `max_contexts`: contexts the in-memory scopes of bounded walks hold in all
+        (MEMSTREAM_VIEWS_GRAPH_MAX_CONTEXTS; least recently used scope first out)."""
         super().__init__(path, generation)
+        self._scopes = GraphScopes(max_contexts)
+        self._seq = self._last_change()
         self._cache: VersionedCache[_Snapshot] = VersionedCache(cache_size)
         # The bounded path reads contexts' mentions and sentences by id, over and over for the
         # candidates of a conversation's questions: both are written once per turn and never
@@ -149,6 +185,7 @@ class SqliteGraphStore(SqliteViewBase):
                 c.execute("DELETE FROM adjacency WHERE tenant_id=? AND conversation_id=? AND session_id=?", (tenant, conv, session))
                 c.executemany("INSERT OR REPLACE INTO adjacency VALUES (?,?,?,?,?)", [(e.source, e.target, tenant, conv, session) for e in edges])
                 touched.add((tenant, conv))
+            c.execute("DELETE FROM graph_changes WHERE seq <= (SELECT MAX(seq) FROM graph_changes) - ?", (CHANGES_KEPT,))
             self._write_positions(c, positions)
             self._bump(c, touched)
         self._by_context.drop([t.turn_id for t in change.put_turns] + list(change.delete_turns))
@@ -430,6 +467,147 @@ class SqliteGraphStore(SqliteViewBase):
         `per_entity` strongest mentions of each), the entities those contexts mention and the
         session adjacency between them. An entity whose degree in the boundary passes `hub_cap` or
         the share `max_share` of `contexts_total` (speakers of long conversations) is left out, so no
+        step of the walk touches a number of contexts that grows with the boundary. Read from the
+        boundary's maintained scope (infra/graph/scopes.py) when one covers it."""
+        limit = min(hub_cap if hub_cap is not None else float("inf"), (contexts_total or float("inf")) * max_share)
+        with self._scopes.lock:
+            scope = self._covering_scope(b)
+            if scope is None:
+                return self._neighbourhood_sql(b, reset, contexts, contexts_total, hub_cap, per_entity, reach_entities,
+                                               max_share, exclude_labels)
+            reset_contexts = [n for n in reset if n.startswith("t_")]
+            reset_entities = [n for n in reset if not n.startswith("t_")]
+            reach = sorted((e for e in reset_entities if 0 < scope.degree_of(e) <= limit),
+                           key=lambda e: (-reset[e], e))[:reach_entities]
+            found = dict.fromkeys([*contexts, *reset_contexts])
+            for e in reach:
+                found.update(dict.fromkeys(scope.strongest(e, per_entity)))
+            ctx = sorted(c for c in found if c in scope.contexts)  # given ids outside the boundary are dropped
+            ctx_index = {c: i for i, c in enumerate(ctx)}
+            held = [scope.contexts[c] for c in ctx]
+            ents = np.concatenate([e for e, _ in held]) if held else np.zeros(0, np.int64)
+            weights = np.concatenate([w for _, w in held]) if held else np.zeros(0)
+            rows = np.repeat(np.arange(len(ctx)), [len(e) for e, _ in held]) if held else np.zeros(0, np.int64)
+            keep = (weights > 0) & (scope.degree[ents] <= limit)
+            if exclude_labels:
+                keep &= ~np.isin(np.asarray(scope.labels, dtype=object)[ents], list(exclude_labels))
+            ents, weights, rows = ents[keep], weights[keep], rows[keep]
+            present = np.unique(ents)
+            entities = sorted(scope.entity_ids[p] for p in present.tolist())  # entity-id order, as a fresh build's
+            column = np.empty(len(present), np.int64)
+            column[np.searchsorted(present, np.fromiter((scope.entity_pos[e] for e in entities), np.int64, len(entities)))] = \
+                np.arange(len(entities))
+            mm = sp.csr_matrix((weights, (rows, column[np.searchsorted(present, ents)])), shape=(len(ctx), len(entities)),
+                               dtype=np.float64)
+            pairs = set().union(*(scope.edges.get(c, ()) for c in ctx)) if ctx else set()
+            entity_labels = [scope.labels[scope.entity_pos[e]] for e in entities]
+        edges = [(ctx_index[s_], ctx_index[t_]) for s_, t_ in pairs if s_ in ctx_index and t_ in ctx_index]
+        adj_rows = [i for s_, t_ in edges for i in (s_, t_)]
+        adj_cols = [i for s_, t_ in edges for i in (t_, s_)]
+        adj = sp.csr_matrix((np.ones(len(adj_rows)), (adj_rows, adj_cols)), shape=(len(ctx), len(ctx)), dtype=np.float64)
+        index = {**ctx_index, **{e: len(ctx) + i for i, e in enumerate(entities)}}
+        return _Snapshot(contexts=ctx, context_rows={}, entities=entities, entity_names=[""] * len(entities),
+                         entity_labels=entity_labels, named=[], named_vectors=np.zeros((0, 0), np.float32),
+                         index=index, mention_matrix=mm, adjacency=adj, sentences=SentenceIncidence.build([]))
+
+    # -- the bounded path: maintained scopes --------------------------------------------------
+    def _last_change(self) -> int:
+        return int(self._conn().execute("SELECT MAX(seq) FROM graph_changes").fetchone()[0] or 0)
+
+    def _covering_scope(self, b: Boundary) -> GraphScope | None:
+        """The maintained scope holding exactly the boundary's contexts (one conversation, or the
+        whole tenant, with no sessions, agents or times set), brought up to date; None otherwise.
+        Called under the scopes' lock."""
+        if b.session_ids is not None or b.agent_ids is not None or b.since is not None or b.until is not None:
+            return None
+        if b.conversation_ids is not None and len(b.conversation_ids) != 1:
+            return None
+        self._sync()
+        conv = b.conversation_ids[0] if b.conversation_ids is not None else None
+        return self._scopes.get((b.tenant_id, conv), lambda scope: self._load_scope(scope, b.tenant_id, conv))
+
+    def scope_contents(self, fresh: bool = False) -> dict[tuple[str, str | None], dict]:
+        """The content of every loaded scope, brought up to date (`fresh`: the same scopes loaded
+        again from the tables instead) — what the contract suite holds equal."""
+        with self._scopes.lock:
+            self._sync()
+            out = {}
+            for (tenant, conv), scope in self._scopes.loaded():
+                if fresh:
+                    scope = GraphScope()
+                    self._load_scope(scope, tenant, conv)
+                out[(tenant, conv)] = scope.content()
+            return out
+
+    def _sync(self) -> None:
+        """Apply to the loaded scopes what was written since the last read."""
+        rows = self._conn().execute("SELECT seq, context_id, tenant_id, conversation_id FROM graph_changes WHERE seq > ? ORDER BY seq",
+                                    (self._seq,)).fetchall()
+        if not rows:
+            return
+        oldest = self._conn().execute("SELECT MIN(seq) FROM graph_changes").fetchone()[0]
+        if oldest is not None and oldest > self._seq + 1:  # pruned past this reader: start the scopes again
+            self._scopes.clear()
+            self._seq = rows[-1][0]
+            return
+        loaded = dict(self._scopes.loaded())
+        changed: dict[tuple[str, str | None], set[str]] = defaultdict(set)
+        named: set[str] = set()
+        for _, cid, tenant, conv in rows:
+            if conv == "":  # an entity (re)named
+                named.add(cid)
+                continue
+            for key in ((tenant, conv), (tenant, None)):
+                if key in loaded:
+                    changed[key].add(cid)
+        if named and loaded:
+            for chunk in _chunks(sorted(named), 400):
+                labels = dict(self._conn().execute(
+                    f"SELECT entity_id, label FROM entities WHERE entity_id IN ({','.join('?' * len(chunk))})", chunk).fetchall())
+                for scope in loaded.values():
+                    scope.relabel(labels)
+        for (tenant, conv), ids in changed.items():
+            self._refresh(loaded[(tenant, conv)], tenant, conv, sorted(ids))
+        self._seq = rows[-1][0]
+
+    def _refresh(self, scope: GraphScope, tenant: str, conv: str | None, context_ids: list[str]) -> None:
+        """Re-read these contexts of the scope from the tables (a context no longer in the ledger leaves it)."""
+        scope.drop(context_ids)
+        for chunk in _chunks(context_ids, 400):
+            marks = ",".join("?" * len(chunk))
+            # By the primary key, the scope checked here: a tenant condition in SQL makes the planner walk the tenant's index.
+            present = [cid for cid, t, c in self._conn().execute(
+                f"SELECT turn_id, tenant_id, conversation_id FROM turns WHERE turn_id IN ({marks})", chunk).fetchall()
+                if t == tenant and (conv is None or c == conv)]
+            if not present:
+                continue
+            marks = ",".join("?" * len(present))
+            scope.put(present, self._conn().execute(
+                f"SELECT m.context_id, m.entity_id, e.label, m.weight FROM mentions m JOIN entities e ON e.entity_id = m.entity_id "
+                f"WHERE m.context_id IN ({marks}) AND m.kind IN ('ner', 'speaker', 'keyword')", present).fetchall(),
+                self._conn().execute(f"SELECT source, target FROM adjacency WHERE source IN ({marks}) OR target IN ({marks})",
+                                     (*present, *present)).fetchall())
+
+    def _load_scope(self, scope: GraphScope, tenant: str, conv: str | None) -> None:
+        where, args = "tenant_id=?", [tenant]
+        if conv is not None:
+            where, args = where + " AND conversation_id=?", [tenant, conv]
+        conn = self._conn()
+        scope.put([r[0] for r in conn.execute(f"SELECT turn_id FROM turns WHERE {where}", args).fetchall()],
+                  conn.execute(f"SELECT m.context_id, m.entity_id, e.label, m.weight FROM mentions m JOIN entities e "
+                               f"ON e.entity_id = m.entity_id WHERE m.{where.replace(' AND ', ' AND m.')} "
+                               "AND m.kind IN ('ner', 'speaker', 'keyword')", args).fetchall(),
+                  conn.execute(f"SELECT source, target FROM adjacency WHERE {where}", args).fetchall())
+
+    def _neighbourhood_sql(self, b: Boundary, reset: dict[str, float], contexts: list[str], contexts_total: int | None,
+                       hub_cap: int | None, per_entity: int, reach_entities: int, max_share: float,
+                       exclude_labels: tuple[str, ...]) -> _Snapshot:
+        """_neighbourhood for a boundary no scope covers (several conversations, or sessions, agents
+        or times set), from SQL: the part of the boundary's graph a bounded walk runs on: the given contexts and the reset
+        vector's, the contexts that mention the `reach_entities` most activated reset entities (the
+        `per_entity` strongest mentions of each), the entities those contexts mention and the
+        session adjacency between them. An entity whose degree in the boundary passes `hub_cap` or
+        the share `max_share` of `contexts_total` (speakers of long conversations) is left out, so no
         step of the walk touches a number of contexts that grows with the boundary."""
         conn = self._conn()
         reset_contexts = [n for n in reset if n.startswith("t_")]
@@ -476,7 +654,12 @@ class SqliteGraphStore(SqliteViewBase):
 
     def entity_degrees(self, b: Boundary, entity_ids: list[str]) -> dict[str, int]:
         """Contexts of the boundary's conversations that mention each entity as a graph node. Kept
-        per entity and boundary until one of the boundary's conversations is written again."""
+        per entity and boundary until one of the boundary's conversations is written again (or read
+        from the boundary's maintained scope when one covers its conversations)."""
+        with self._scopes.lock:
+            held = self._covering_scope(Boundary(b.tenant_id, b.conversation_ids))
+            if held is not None:
+                return {e: n for e in dict.fromkeys(entity_ids) if (n := held.degree_of(e))}
         version = tuple(self.conversation_version(b.tenant_id, c) for c in (b.conversation_ids or (None,)))
         scope = (b.tenant_id, b.conversation_ids)
         kept, missing = self._degrees.get_many([(e, scope) for e in dict.fromkeys(entity_ids)])

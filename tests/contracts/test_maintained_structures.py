@@ -8,7 +8,9 @@ After each sequence:
   and turns say; the graph view's (entity degrees, sentences per entity) what its mentions and
   sentences say;
 - the dense view's in-memory scopes, kept since the first search and updated point by point, hold
-  exactly the points (ids and vectors) a store opened afresh on the same file loads;
+  exactly the points (ids and vectors) a store opened afresh on the same file loads; the graph
+  view's (every context's node mentions, adjacency rows and the entities' degrees) what loading
+  them again from the tables gives;
 - a search through the long-lived query service (warm caches and scopes) returns the evidence a
   query service opened afresh on the same data returns.
 The server adapters' own maintained fields are held by the port contract suites."""
@@ -76,7 +78,7 @@ class World:
 
     def search(self, service: QueryService) -> list[list[str]]:
         return [[e.unit_id for e in service.search(SearchRequest(question=q, tenant_id="t1", conversation_id=c, max_turns=10)).evidence]
-                for q in QUESTIONS for c in ("c1", "c2")]
+                for q in QUESTIONS for c in ("c1", "c2", None)]
 
 
 async def _run(world: World, ops: list[str], rng: random.Random) -> None:
@@ -154,6 +156,10 @@ def _check_scopes(world: World) -> None:
                 np.testing.assert_allclose(scope._vectors(np.array([scope.row[pid]])), again._vectors(np.array([again.row[pid]])))
     finally:
         fresh.close()
+    graph = world.views.store("graph")
+    held = graph.scope_contents()
+    assert {("t1", "c1"), ("t1", "c2"), ("t1", None)} <= set(held)
+    assert held == graph.scope_contents(fresh=True)
 
 
 @settings(max_examples=6, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
