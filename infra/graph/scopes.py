@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+PlaceRow = tuple  # (context id, session id, agent id, occurred_at ISO): where a context is, for boundaries that set them
 MentionRow = tuple  # (context id, entity id, label, weight): node kinds only
 EdgeRow = tuple  # (source, target): a session adjacency row as stored
 
@@ -31,6 +32,7 @@ class GraphScope:
     def __init__(self) -> None:
         self.contexts: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # context -> (entity positions, weights)
         self.edges: dict[str, set[EdgeRow]] = {}  # context -> adjacency rows with it as source or target
+        self.places: dict[str, tuple[str, str, str]] = {}  # context -> (session, agent, occurred_at)
         self.entity_pos: dict[str, int] = {}
         self.entity_ids: list[str] = []
         self.labels: list[str] = []
@@ -53,10 +55,12 @@ class GraphScope:
                 self.degree = np.concatenate([self.degree, np.zeros(max(1024, len(self.degree)), np.int64)])
         return pos
 
-    def put(self, context_ids: Iterable[str], mentions: Iterable[MentionRow], edges: Iterable[EdgeRow]) -> None:
+    def put(self, places: Iterable[PlaceRow], mentions: Iterable[MentionRow], edges: Iterable[EdgeRow]) -> None:
         """Set these contexts to exactly the given mentions and adjacency rows (replacing what they had)."""
-        ids = list(context_ids)
+        places = list(places)
+        ids = [p[0] for p in places]
         self.drop(ids)
+        self.places.update((cid, (session, agent, at)) for cid, session, agent, at in places)
         by_context: dict[str, list[tuple[int, float]]] = {c: [] for c in ids}
         for cid, eid, label, weight in mentions:
             if cid not in by_context:  # a mention whose turn the ledger no longer holds
@@ -87,6 +91,7 @@ class GraphScope:
         for cid in context_ids:
             found = self.contexts.pop(cid, None)
             self.edges.pop(cid, None)
+            self.places.pop(cid, None)
             if found is None:
                 continue
             for pos in found[0].tolist():
@@ -102,6 +107,7 @@ class GraphScope:
             "contexts": {c: sorted((self.entity_ids[p], self.labels[p], w) for p, w in zip(e.tolist(), ws.tolist()))
                          for c, (e, ws) in self.contexts.items()},
             "edges": {c: sorted(found) for c, found in self.edges.items()},
+            "places": dict(self.places),
             "degrees": {self.entity_ids[p]: int(self.degree[p]) for p in range(len(self.entity_ids)) if self.degree[p]},
         }
 
@@ -109,15 +115,24 @@ class GraphScope:
         pos = self.entity_pos.get(entity_id)
         return 0 if pos is None else int(self.degree[pos])
 
-    def strongest(self, entity_id: str, limit: int) -> list[str]:
-        """The entity's `limit` strongest contexts (weight descending, then context id)."""
+    def strongest(self, entity_id: str, limit: int, admits: Callable[[str], bool] | None = None) -> list[str]:
+        """The entity's `limit` strongest contexts (weight descending, then context id) of those
+        `admits` lets in (all when None)."""
         pos = self.entity_pos.get(entity_id)
         if pos is None:
             return []
         ranked = self._ranked.get(pos)
         if ranked is None:
             ranked = self._ranked[pos] = sorted(self.members[pos], key=lambda c: (-self.members[pos][c], c))
-        return ranked[:limit]
+        if admits is None:
+            return ranked[:limit]
+        out = []
+        for c in ranked:
+            if admits(c):
+                out.append(c)
+                if len(out) == limit:
+                    break
+        return out
 
 
 class GraphScopes:

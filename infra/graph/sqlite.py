@@ -15,7 +15,7 @@ from datetime import datetime
 from dataclasses import dataclass, field
 from itertools import repeat
 from types import MappingProxyType
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 import scipy.sparse as sp
@@ -480,9 +480,11 @@ class SqliteGraphStore(SqliteViewBase):
             reach = sorted((e for e in reset_entities if 0 < scope.degree_of(e) <= limit),
                            key=lambda e: (-reset[e], e))[:reach_entities]
             found = dict.fromkeys([*contexts, *reset_contexts])
+            admits = _place_filter(b, scope)
             for e in reach:
-                found.update(dict.fromkeys(scope.strongest(e, per_entity)))
-            ctx = sorted(c for c in found if c in scope.contexts)  # given ids outside the boundary are dropped
+                found.update(dict.fromkeys(scope.strongest(e, per_entity, admits)))
+            # Given ids outside the boundary are dropped.
+            ctx = sorted(c for c in found if c in scope.contexts and (admits is None or admits(c)))
             ctx_index = {c: i for i, c in enumerate(ctx)}
             held = [scope.contexts[c] for c in ctx]
             ents = np.concatenate([e for e, _ in held]) if held else np.zeros(0, np.int64)
@@ -515,11 +517,10 @@ class SqliteGraphStore(SqliteViewBase):
         return int(self._conn().execute("SELECT MAX(seq) FROM graph_changes").fetchone()[0] or 0)
 
     def _covering_scope(self, b: Boundary) -> GraphScope | None:
-        """The maintained scope holding exactly the boundary's contexts (one conversation, or the
-        whole tenant, with no sessions, agents or times set), brought up to date; None otherwise.
-        Called under the scopes' lock."""
-        if b.session_ids is not None or b.agent_ids is not None or b.since is not None or b.until is not None:
-            return None
+        """The maintained scope holding the boundary's conversation (or the whole tenant's, with no
+        conversation named), brought up to date; None for several conversations. Sessions, agents
+        and times the boundary sets are the caller's to filter (`_place_filter`). Called under the
+        scopes' lock."""
         if b.conversation_ids is not None and len(b.conversation_ids) != 1:
             return None
         self._sync()
@@ -576,13 +577,14 @@ class SqliteGraphStore(SqliteViewBase):
         for chunk in _chunks(context_ids, 400):
             marks = ",".join("?" * len(chunk))
             # By the primary key, the scope checked here: a tenant condition in SQL makes the planner walk the tenant's index.
-            present = [cid for cid, t, c in self._conn().execute(
-                f"SELECT turn_id, tenant_id, conversation_id FROM turns WHERE turn_id IN ({marks})", chunk).fetchall()
-                if t == tenant and (conv is None or c == conv)]
-            if not present:
+            places = [(cid, session, agent, at) for cid, t, c, session, agent, at in self._conn().execute(
+                f"SELECT turn_id, tenant_id, conversation_id, session_id, agent_id, occurred_at FROM turns WHERE turn_id IN ({marks})",
+                chunk).fetchall() if t == tenant and (conv is None or c == conv)]
+            if not places:
                 continue
+            present = [p[0] for p in places]
             marks = ",".join("?" * len(present))
-            scope.put(present, self._conn().execute(
+            scope.put(places, self._conn().execute(
                 f"SELECT m.context_id, m.entity_id, e.label, m.weight FROM mentions m JOIN entities e ON e.entity_id = m.entity_id "
                 f"WHERE m.context_id IN ({marks}) AND m.kind IN ('ner', 'speaker', 'keyword')", present).fetchall(),
                 self._conn().execute(f"SELECT source, target FROM adjacency WHERE source IN ({marks}) OR target IN ({marks})",
@@ -593,7 +595,7 @@ class SqliteGraphStore(SqliteViewBase):
         if conv is not None:
             where, args = where + " AND conversation_id=?", [tenant, conv]
         conn = self._conn()
-        scope.put([r[0] for r in conn.execute(f"SELECT turn_id FROM turns WHERE {where}", args).fetchall()],
+        scope.put(conn.execute(f"SELECT turn_id, session_id, agent_id, occurred_at FROM turns WHERE {where}", args).fetchall(),
                   conn.execute(f"SELECT m.context_id, m.entity_id, e.label, m.weight FROM mentions m JOIN entities e "
                                f"ON e.entity_id = m.entity_id WHERE m.{where.replace(' AND ', ' AND m.')} "
                                "AND m.kind IN ('ner', 'speaker', 'keyword')", args).fetchall(),
@@ -739,6 +741,15 @@ def _mention_scope(b: Boundary) -> tuple[dict[str, str], list]:
         cond.append("t.occurred_at <= ?")
         extra.append(utc_iso(b.until))
     return {"join": " JOIN turns t ON t.turn_id = m.context_id", "where": " AND ".join(cond)}, extra
+
+
+def _place_filter(b: Boundary, scope: GraphScope) -> Callable[[str], bool] | None:
+    """Whether a context of the scope is inside the boundary's sessions, agents and times (None:
+    the boundary sets none of them)."""
+    if b.session_ids is None and b.agent_ids is None and b.since is None and b.until is None:
+        return None
+    places = scope.places
+    return lambda c: (p := places.get(c)) is not None and _row_admitted(b=b, session=p[0], agent=p[1], at=p[2])
 
 
 def _inside_boundary(b: Boundary, tenant: str, conversation: str, session: str, agent: str, at: str) -> bool:

@@ -77,8 +77,10 @@ class World:
         await self.pipeline.process_until_caught_up()
 
     def search(self, service: QueryService) -> list[list[str]]:
-        return [[e.unit_id for e in service.search(SearchRequest(question=q, tenant_id="t1", conversation_id=c, max_turns=10)).evidence]
-                for q in QUESTIONS for c in ("c1", "c2", None)]
+        scopes = [{"conversation_id": c} for c in ("c1", "c2", None)] + [{"conversation_id": "c1", "agent_id": "agent-ada"},
+                                                                          {"agent_id": "agent-bo", "since": T0 + timedelta(minutes=30)}]
+        return [[e.unit_id for e in service.search(SearchRequest(question=q, tenant_id="t1", max_turns=10, **scope)).evidence]
+                for q in QUESTIONS for scope in scopes]
 
 
 async def _run(world: World, ops: list[str], rng: random.Random) -> None:
