@@ -65,11 +65,11 @@ class State:
 
 
 def build_query_service(settings: Settings, registry: Registry, views: LiveViews):
-    from services.query.config import DEFAULT_BOUNDS
+    from services.query.config import bounds_for
     from services.query.service import QueryService
 
     return QueryService(views, registry.encoder(), extractor=registry.extractor(), encoders=registry.encoder,
-                        bounds=DEFAULT_BOUNDS if settings.query.path == "bounded" else None)
+                        bounds=bounds_for(settings.query.path))
 
 
 def build_reader(settings: Settings):

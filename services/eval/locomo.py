@@ -198,7 +198,7 @@ async def session(settings: Settings, registry: Registry, samples, tenant: str, 
     """Ingest the conversations and serve them, with every outbound connection refused except
     to the stores and the counting reader (which forwards to `upstream`, the optional final-QA
     reader, and counts its tokens): what proves an evaluation used zero LLM tokens."""
-    from services.query.config import DEFAULT_BOUNDS
+    from services.query.config import bounds_for
     from services.query.service import QueryService
     from services.views import LiveViews
 
@@ -211,7 +211,7 @@ async def session(settings: Settings, registry: Registry, samples, tenant: str, 
             views = LiveViews(registry)
             try:
                 service = QueryService(views, registry.encoder(), registry.extractor(),
-                                       bounds=DEFAULT_BOUNDS if settings.query.path == "bounded" else None)
+                                       bounds=bounds_for(settings.query.path))
                 service.start()
                 yield Session(report, views, service, reader, refused)
             finally:

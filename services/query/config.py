@@ -115,3 +115,9 @@ class Bounds:
 
 
 DEFAULT_BOUNDS = Bounds()
+
+
+def bounds_for(path: str) -> Bounds | None:
+    """The Bounds of a query path setting (MEMSTREAM_QUERY_PATH): the defaults for `bounded`, none
+    (every turn of the boundary ranked) for `whole`."""
+    return DEFAULT_BOUNDS if path == "bounded" else None
