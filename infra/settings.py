@@ -46,8 +46,8 @@ class ViewSettings(BaseSettings):
                                   "dropped past it and made again on their next search.")
     dense_exact_limit: int = Field(20_000, ge=1, description="Embedded dense view: points up to which a scope is searched exactly; "
                                    "beyond, by an HNSW index (usearch).")
-    graph_max_contexts: int = Field(500_000, ge=1, description="Embedded graph view: contexts (turns) its in-memory walk scopes "
-                                    "hold in all (node mentions, adjacency and entity degrees; ~1.5 kB each); the least recently "
+    graph_max_contexts: int = Field(200_000, ge=1, description="Embedded graph view: contexts (turns) its in-memory walk scopes "
+                                    "hold in all (node mentions, adjacency and entity degrees; ~8 kB each, ~1.6 GB at the default); the least recently "
                                     "walked scopes are dropped past it and made again on their next walk.")
     qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server (sent as the api-key header / gRPC metadata).")
     neo4j_password: SecretStr | None = Field(None, description="Password of the user named in neo4j://USER@host:port (default user neo4j).")

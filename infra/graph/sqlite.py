@@ -146,7 +146,7 @@ class SqliteGraphStore(SqliteViewBase):
             c.execute("INSERT OR IGNORE INTO sentence_entities SELECT j.value, s.sentence_id, s.tenant_id, s.conversation_id "
                       "FROM sentences s, json_each(s.entity_ids) j")
 
-    def __init__(self, path, generation: int, cache_size: int = 64, *, max_contexts: int = 500_000):
+    def __init__(self, path, generation: int, cache_size: int = 64, *, max_contexts: int = 200_000):
         """`cache_size`: whole-boundary snapshots kept (conversations, as many as the corpus cache);
         `max_contexts`: contexts the in-memory scopes of bounded walks hold in all
         (MEMSTREAM_VIEWS_GRAPH_MAX_CONTEXTS; least recently used scope first out)."""
