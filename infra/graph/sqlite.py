@@ -485,14 +485,14 @@ class SqliteGraphStore(SqliteViewBase):
                 found.update(dict.fromkeys(scope.strongest(e, per_entity, admits)))
             # Given ids outside the boundary are dropped.
             ctx = sorted(c for c in found if c in scope.contexts and (admits is None or admits(c)))
-            ctx_index = {c: i for i, c in enumerate(ctx)}
             held = [scope.contexts[c] for c in ctx]
             ents = np.concatenate([e for e, _ in held]) if held else np.zeros(0, np.int64)
             weights = np.concatenate([w for _, w in held]) if held else np.zeros(0)
             rows = np.repeat(np.arange(len(ctx)), [len(e) for e, _ in held]) if held else np.zeros(0, np.int64)
             keep = (weights > 0) & (scope.degree[ents] <= limit)
             if exclude_labels:
-                keep &= ~np.isin(np.asarray(scope.labels, dtype=object)[ents], list(exclude_labels))
+                labels, excluded = scope.labels, set(exclude_labels)
+                keep &= np.fromiter((labels[p] not in excluded for p in ents.tolist()), bool, len(ents))
             ents, weights, rows = ents[keep], weights[keep], rows[keep]
             present = np.unique(ents)
             entities = sorted(scope.entity_ids[p] for p in present.tolist())  # entity-id order, as a fresh build's
@@ -503,14 +503,7 @@ class SqliteGraphStore(SqliteViewBase):
                                dtype=np.float64)
             pairs = set().union(*(scope.edges.get(c, ()) for c in ctx)) if ctx else set()
             entity_labels = [scope.labels[scope.entity_pos[e]] for e in entities]
-        edges = [(ctx_index[s_], ctx_index[t_]) for s_, t_ in pairs if s_ in ctx_index and t_ in ctx_index]
-        adj_rows = [i for s_, t_ in edges for i in (s_, t_)]
-        adj_cols = [i for s_, t_ in edges for i in (t_, s_)]
-        adj = sp.csr_matrix((np.ones(len(adj_rows)), (adj_rows, adj_cols)), shape=(len(ctx), len(ctx)), dtype=np.float64)
-        index = {**ctx_index, **{e: len(ctx) + i for i, e in enumerate(entities)}}
-        return _Snapshot(contexts=ctx, context_rows={}, entities=entities, entity_names=[""] * len(entities),
-                         entity_labels=entity_labels, named=[], named_vectors=np.zeros((0, 0), np.float32),
-                         index=index, mention_matrix=mm, adjacency=adj, sentences=SentenceIncidence.build([]))
+        return _walk_snapshot(ctx, entities, entity_labels, mm, pairs)
 
     # -- the bounded path: maintained scopes --------------------------------------------------
     def _last_change(self) -> int:
@@ -645,14 +638,7 @@ class SqliteGraphStore(SqliteViewBase):
             marks = ",".join("?" * len(chunk))
             pairs.update(conn.execute(f"SELECT source, target FROM adjacency WHERE source IN ({marks}) OR target IN ({marks})",
                                       (*chunk, *chunk)).fetchall())
-        edges = [(ctx_index[s_], ctx_index[t_]) for s_, t_ in pairs if s_ in ctx_index and t_ in ctx_index]
-        adj_rows = [i for s_, t_ in edges for i in (s_, t_)]
-        adj_cols = [i for s_, t_ in edges for i in (t_, s_)]
-        adj = sp.csr_matrix((np.ones(len(adj_rows)), (adj_rows, adj_cols)), shape=(len(ctx), len(ctx)), dtype=np.float64)
-        index = {**ctx_index, **{e: len(ctx) + i for i, e in enumerate(entities)}}
-        return _Snapshot(contexts=ctx, context_rows={}, entities=entities, entity_names=[""] * len(entities),
-                         entity_labels=[labels[e] for e in entities], named=[], named_vectors=np.zeros((0, 0), np.float32),
-                         index=index, mention_matrix=mm, adjacency=adj, sentences=SentenceIncidence.build([]))
+        return _walk_snapshot(ctx, entities, [labels[e] for e in entities], mm, pairs)
 
     def entity_degrees(self, b: Boundary, entity_ids: list[str]) -> dict[str, int]:
         """Contexts of the boundary's conversations that mention each entity as a graph node. Kept
@@ -741,6 +727,20 @@ def _mention_scope(b: Boundary) -> tuple[dict[str, str], list]:
         cond.append("t.occurred_at <= ?")
         extra.append(utc_iso(b.until))
     return {"join": " JOIN turns t ON t.turn_id = m.context_id", "where": " AND ".join(cond)}, extra
+
+
+def _walk_snapshot(ctx: list[str], entities: list[str], labels: list[str], mm: sp.csr_matrix, pairs: set[tuple[str, str]]) -> _Snapshot:
+    """A bounded walk's snapshot: the contexts (sorted), the entities (sorted) with their labels,
+    the mention matrix between them and the session adjacency rows among the contexts."""
+    ctx_index = {c: i for i, c in enumerate(ctx)}
+    edges = [(ctx_index[s_], ctx_index[t_]) for s_, t_ in pairs if s_ in ctx_index and t_ in ctx_index]
+    adj_rows = [i for s_, t_ in edges for i in (s_, t_)]
+    adj_cols = [i for s_, t_ in edges for i in (t_, s_)]
+    adj = sp.csr_matrix((np.ones(len(adj_rows)), (adj_rows, adj_cols)), shape=(len(ctx), len(ctx)), dtype=np.float64)
+    index = {**ctx_index, **{e: len(ctx) + i for i, e in enumerate(entities)}}
+    return _Snapshot(contexts=ctx, context_rows={}, entities=entities, entity_names=[""] * len(entities),
+                     entity_labels=labels, named=[], named_vectors=np.zeros((0, 0), np.float32),
+                     index=index, mention_matrix=mm, adjacency=adj, sentences=SentenceIncidence.build([]))
 
 
 def _place_filter(b: Boundary, scope: GraphScope) -> Callable[[str], bool] | None:
