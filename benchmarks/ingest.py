@@ -1,4 +1,4 @@
-"""Ingest benchmark, kept for the commands quoted in older README figures; the product's verb is
+"""Ingest benchmark, kept for the commands quoted in older result figures; the product's verb is
 `memstream bench ingest` (services/bench/ingest.py), which this runs with the same options.
 
     .venv/bin/python benchmarks/ingest.py [--locomo PATH] [--append-events N] [--batch-size N] [--out FILE]

@@ -17,7 +17,7 @@ signals are raw (each min-max normalised per question), not the
 shipped mixes, so the fold's model does not inherit constants chosen on the held-out conversation;
 the graph view's own walk constants and the expansion's are the shipped ones (a small in-sample
 share). The same is fitted without the graph view's signals, so the graph view's worth under a
-learned fusion shows as a paired difference. Paired intervals against docs/eval-loco.json (the
+learned fusion shows as a paired difference. Paired intervals against docs/results/eval-loco.json (the
 headline: the method re-tuned per fold) use services/eval/intervals.py. The store is ingested with the
 configured encoder (MEMSTREAM_ENCODER_MODEL / _PATH): another encoder needs a DIR of its own.
 """
@@ -229,7 +229,7 @@ def main() -> int:
     ap.add_argument("--more", action="store_true", help="the extended signals too (best sentence, reciprocal ranks, session); nested implies it")
     ap.add_argument("--interact", default="", help="comma-separated signals that get a weight per answer type")
     ap.add_argument("--l2", type=float, default=1e-2, help="the listwise model's L2")
-    ap.add_argument("--against", default="docs/eval-loco.json", help="the LOCO headline report to pair with")
+    ap.add_argument("--against", default="docs/results/eval-loco.json", help="the LOCO headline report to pair with")
     args = ap.parse_args()
     kinds = [m for m in args.models.split(",") if m]
     if unknown := sorted(set(kinds) - {"logistic", "trees", "listwise", "nested"}):

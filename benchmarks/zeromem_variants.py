@@ -7,7 +7,7 @@ product) and is scored over a few settings on the 760 dev questions with the shi
 sample, beside the shipped method in the same process. It is a screen: a variant that does not
 lift both budgets in-sample is not worth a held-out run; one that does goes into the product as
 a constant in services/eval/loco.py's GRID and is judged by `memstream eval locomo --loco`.
-README "Retrieval" quotes this script's output. DIR keeps the ingested split between runs. The
+docs/results/retrieval.md quotes this script's output. DIR keeps the ingested split between runs. The
 hyponym variants (hyponym, hyplex, hypnoun) read WordNet's files: benchmarks/wordnet.py. The
 phrase variant needs a store of its own with two-word phrase nodes: --phrase-nodes and another DIR.
 """

@@ -89,7 +89,7 @@ class NerSettings(BaseSettings):
     gate: Literal["off", "cues"] = Field(
         "cues", description="cues: run the NER model only on turns with an entity cue (a digit, a number or calendar word, a "
                            "capitalised word that neither opens a sentence nor addresses someone); the others get no mentions "
-                           "(infra/models/ner_gate.py; the recall cost and the rate: README \"Ingest\"); off: the model on every turn. "
+                           "(infra/models/ner_gate.py; the recall cost and the rate: docs/results/ingest.md); off: the model on every turn. "
                            "Past turns keep their mentions until a replay of the graph view.")
 
 

@@ -28,7 +28,7 @@ if ! command -v kcat >/dev/null 2>&1; then
   apt_install kcat || { $sudo apt-get update -qq >/dev/null 2>&1 && apt_install kcat; } || missing "could not install kcat with apt-get"
 fi
 
-# jq: the README's curl example picks the positions out with it (tests/e2e/test_readme_examples.py).
+# jq: the curl example of docs/agents.md picks the positions out with it (tests/e2e/test_agent_examples.py).
 if ! command -v jq >/dev/null 2>&1; then
   echo "test.sh: installing jq with apt-get" >&2
   apt_install jq || { $sudo apt-get update -qq >/dev/null 2>&1 && apt_install jq; } || missing "could not install jq with apt-get"

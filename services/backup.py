@@ -21,7 +21,7 @@ the tombstones (ids only) of the key store it replaces, and of any newer key sto
 unreadable) and are appended as `ForgetRequested` events, so every view forgets them when it
 catches up. A forgotten turn never comes back from a backup.
 
-The server mode is backed up with each engine's own tools (README, Reliability).
+The server mode is backed up with each engine's own tools (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _embedded_only(settings) -> None:
     urls = [settings.log.url, settings.keys.url, *(getattr(settings.views, f"{v}_url") for v in VIEW_NAMES)]
     if not all(u.split(":", 1)[0] in ("sqlite", "tantivy") for u in urls):
         raise ConfigurationError("memstream backup/restore cover the embedded mode; servers are backed up with each engine's own "
-                                 "snapshot tools (README, Reliability)")
+                                 "snapshot tools (docs/reliability.md)")
 
 
 def _copy_sqlite(src: Path, dst: Path) -> None:

@@ -6,7 +6,7 @@ tantivy answers in ~0.3 ms p50 where SQLite FTS5 needs ~3.5 ms, so tantivy it is
 One tantivy index per tenant. BM25's statistics (document count, each term's document
 frequency, average length) are an index's, so with one shared index a tenant's scores moved
 whenever another tenant wrote: a side channel (a planted word's score tells how many documents
-of all tenants hold it) and a recall that drifted with the fleet around a tenant (README, Scale).
+of all tenants hold it) and a recall that drifted with the fleet around a tenant (docs/results/scale.md).
 tantivy-py cannot take statistics from outside the index, so the index is the tenant's. The
 `tenant_index` table maps a tenant to its directory under `tenants/`; a tenant's first write
 creates it. Writers are opened per tenant and the least recently used are closed past

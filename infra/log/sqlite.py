@@ -215,7 +215,7 @@ class SqliteEventLog:
         """Remove these records for good (plain records of forgotten turns: sealed ones need not
         be, their key is gone): deleted with secure_delete, then the WAL truncated, so their bytes
         are in no file. Offsets are never reused; readers see the gap. Kafka cannot do this — see
-        the README's Forgetting section."""
+        docs/forgetting.md."""
         if not offsets:
             return 0
 

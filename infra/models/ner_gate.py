@@ -2,8 +2,7 @@
 
 `MEMSTREAM_NER_GATE=cues`, the default (infra/settings.py; `off` runs the model on every turn).
 Most conversational turns name nothing ("Thanks, that sounds great!"), yet the NER model costs the
-same on each; at ingest it is the second model beside the encoder on the same two cores (README
-"Ingest"). A turn goes to the model when it has an entity cue:
+same on each; at ingest it is the second model beside the encoder on the same two cores (docs/results/ingest.md). A turn goes to the model when it has an entity cue:
 
 - a digit (dates, amounts, times);
 - a number or calendar word from closed English word classes (`_NUMBER_WORDS`, `_CALENDAR_WORDS`:
@@ -17,7 +16,7 @@ sentence is mostly an interjection ("Wow", "Thanks", "Yeah"), and an addressed n
 speaker, a graph node anyway. On the dev split the model sees 831 of the 2,760 turns; of the 1,630
 mentions it finds on all of them, 686 are lost: 572 a speaker's name, most of the rest
 interjections it mislabels ("Congrats" as NORP, "Glad" as PERSON), about a dozen sentence-initial
-names ("Barcelona is ..."). The recall cost and the rate: README "Ingest".
+names ("Barcelona is ..."). The recall cost and the rate: docs/results/ingest.md.
 
 Stateless and per text, so a replay builds the same graph whatever its batches.
 """

@@ -5,7 +5,7 @@ BLAS only sees small products (a question against hundreds of unit vectors). Ope
 extra thread spinning for a while after each call, though, and on two cores that thread takes
 the core the encoder's forward pass or the NER needs: with the question's forward pass
 overlapped (services/query/context.py, `prefetch_question`) the query thread lost ~3 ms per
-question to it, i.e. the overlap gained nothing (README, "Measured results"). Ingest shows no
+question to it, i.e. the overlap gained nothing (docs/results/query.md). Ingest shows no
 measurable difference (benchmarks/ingest.py, runs alternated: 67.9, 66.5, 66.4 turns/s with one
 BLAS thread, 60.5 and 71.0 with two).
 

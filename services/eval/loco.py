@@ -181,7 +181,7 @@ class Search:
     only: tuple[str, ...] | None = None
     # A move is taken only when it raises the training objective by more than this (a share, 0.0025 =
     # a quarter point). The idea: ~600 training questions make gains of a few questions noise that a
-    # descent should not fit. Measured at a quarter point it did not pay (README, Retrieval: no
+    # descent should not fit. Measured at a quarter point it did not pay (docs/results/retrieval.md: no
     # measurable effect on Zero-Mem, three ablations worse), so the default takes every gain.
     min_gain: float = 0.0
     tried: int = 0  # configurations scored, over every call
@@ -374,7 +374,7 @@ def table(report: dict, metrics: Sequence[str] = ("recall@10", "recall@25")) -> 
 
 
 def markdown(report: dict) -> str:
-    """README tables of a LOCO report: held-out recall per category with intervals, the other
+    """Markdown tables of a LOCO report (docs/results/eval-loco.md): held-out recall per category with intervals, the other
     metrics, the paired differences, and the per-fold figures."""
     cats = ["all", *CATEGORIES.values()]
     ci = lambda d: f"{d['mean']:.3f} [{d['ci95'][0]:.3f}, {d['ci95'][1]:.3f}]"  # noqa: E731

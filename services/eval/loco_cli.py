@@ -40,7 +40,7 @@ def add_arguments(s) -> None:
     g.add_argument("--constants", help=f"tune only these constants, comma-separated (default: all of {len(GRID)})")
     g.add_argument("--resamples", type=int, default=intervals.RESAMPLES, help="bootstrap resamples (default %(default)s)")
     g.add_argument("--seed", type=int, default=intervals.SEED, help="bootstrap seed (default %(default)s)")
-    g.add_argument("--markdown", help="also write the report's tables as Markdown here (README's retrieval section)")
+    g.add_argument("--markdown", help="also write the report's tables as Markdown here (docs/results/eval-loco.md)")
     g.add_argument("--against", metavar="REPORT.json",
                    help="an earlier --loco report on the same questions (another setting): print and record this run minus "
                         "it, per strategy, paired per question with 95%% intervals and a verdict")

@@ -3,7 +3,7 @@
 Values are the ones `memstream eval locomo PATH --loco` selects on all five LoCoMo dev
 conversations (services/eval/loco.py: coordinate descent over its GRID); the headline figure for
 them is the same procedure's leave-one-conversation-out estimate (tune on four conversations,
-score the fifth, every fold). README "Retrieval on the LoCoMo dev split" gives both, with
+score the fifth, every fold). docs/results/retrieval.md gives both, with
 intervals, and the command. The paper's own constants are noted where it gives
 them (rho = gamma = 0.6, K = 5). Re-selected 2026-12-04, when the NER gate became the default
 (infra/models/ner_gate.py) and the search began to start from the middle of each constant's

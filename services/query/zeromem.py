@@ -5,8 +5,7 @@ both always run -> per-view min-max fusion, ρ·primary + (1-ρ)·secondary (eq.
 M(q) = top-k -> closure: graph bridges seeded on the top of M(q) (eq. 14) -> calibration: hard
 filters, then subject / answer-type / temporal compatibility (eq. 15).
 
-Decisions the paper leaves open are ours, each measured on the LoCoMo dev split (README,
-"Retrieval quality"); every constant is in config.py. In particular:
+Decisions the paper leaves open are ours, each measured on the LoCoMo dev split (docs/results/retrieval.md); every constant is in config.py. In particular:
 - evidence is every admissible turn of the boundary, ranked by the calibrated score: the top-k
   fused candidates are M(q) (role "primary"), closure additions are "bridge", and the rest fill
   the turn budget ("fill"); so the evidence budget, not k, decides how much is returned;

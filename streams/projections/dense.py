@@ -9,7 +9,7 @@ Window and episode vectors are the token-weighted mean of their turns' pooling s
 mean pooling over the window's tokens, each contextualised within its own turn. Encoding
 window/episode text again would multiply ingest cost (a 5-turn window stride 3 is ~1.7x the
 turn tokens, episodes another 1x) on a machine where turn encoding alone is the bottleneck
-(README: Performance).
+(docs/results/ingest.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fixtures shared by the end-to-end tests of the clients and the README's examples."""
+"""Fixtures shared by the end-to-end tests of the clients and the examples of docs/agents.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`memstream bench load` end to end, tiny and on the fast model path: it starts its own serve
 (projections in a child process), seeds, runs its idle and load phases, stops by itself, and
 writes a report whose figures are consistent with what it did. The figures themselves are the
-benchmark's business (README), not this test's: the machine is shared."""
+benchmark's business (docs/results/load.md), not this test's: the machine is shared."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`memstream bench scale`, the CI smoke point (issue 17): a store grown to 10k turns around one
 measured LoCoMo conversation against a 1k one, on the declared fast model path. It checks the
-output and the resume, not the figures (README: those come from the full run)."""
+output and the resume, not the figures (docs/results/scale.md: those come from the full run)."""
 
 from __future__ import annotations
 

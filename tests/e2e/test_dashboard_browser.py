@@ -14,7 +14,7 @@ Chromium or tests/browser/node_modules the test skips loudly, and under CI=true 
 marker, tests/conftest.py) that skip is a failure.
 
 The screenshot of the paused state goes to test-artifacts/dashboard.png, and to
-docs/dashboard.png (the README's picture) only with MEMSTREAM_UPDATE_SCREENSHOT=1.
+docs/dashboard.png (the picture in docs/operations.md) only with MEMSTREAM_UPDATE_SCREENSHOT=1.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The TypeScript client (clients/typescript) as its users get it: packed from its own directory, installed into a
-fresh strict project where the README's example compiles and a misspelt option does not; its generated types
+fresh strict project where the example of clients/typescript/README.md compiles and a misspelt option does not; its generated types
 current with docs/openapi.json; its tests (Node's test runner) against one real `memstream serve`."""
 
 from __future__ import annotations

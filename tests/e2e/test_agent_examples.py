@@ -1,8 +1,8 @@
-"""Every example of the README's "Agent integration" section runs: fenced blocks tagged after their
-language (```python run, ```bash run, ```bash kafka, ```json mcp-stdio, ```bash/json mcp-http)
-are extracted from README.md and run against a live `memstream serve` (the Kafka one against the
-test broker). A block in that section without a known tag fails the test, so no example is left
-unrun."""
+"""Every example of docs/agents.md runs: fenced blocks tagged after their language (```python run,
+```bash run, ```bash run-kafka, ```json run-mcp-stdio, ```bash/json run-mcp-http) are extracted
+and run against a live `memstream serve` (the Kafka one against the test broker). A block of that
+page without one of these tags fails the test, so no example is left unrun (tests/unit/test_docs.py
+holds every other page's blocks to a `norun <reason>` tag)."""
 
 from __future__ import annotations
 
@@ -26,15 +26,14 @@ from tests.integration import servers
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).with_name("memstream")
-KINDS = {("python", "run"), ("bash", "run"), ("bash", "kafka"), ("json", "mcp-stdio"), ("bash", "mcp-http"), ("json", "mcp-http")}
-FENCE = re.compile(r"^```(\w+)(?: ([\w-]+))?\n(.*?)^```", re.S | re.M)
+KINDS = {("python", "run"), ("bash", "run"), ("bash", "run-kafka"), ("json", "run-mcp-stdio"), ("bash", "run-mcp-http"),
+         ("json", "run-mcp-http")}
+FENCE = re.compile(r"^```(\w+)(?: ([^\n]+))?\n(.*?)^```", re.S | re.M)
 
 
 def examples() -> list[tuple[str, str | None, str]]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("\n## Agent integration\n"):]
-    section = section[: section.index("\n## ", 1)]
-    return [(lang, tag, body) for lang, tag, body in FENCE.findall(section)]
+    text = (REPO / "docs" / "agents.md").read_text(encoding="utf-8")
+    return [(lang, tag, body) for lang, tag, body in FENCE.findall(text)]
 
 
 def of(lang: str, tag: str) -> list[str]:
@@ -76,7 +75,7 @@ def test_the_kcat_example(kafka_bootstrap, tmp_path):
     from schemas.ports.event_log import default_partition
     from infra.log.kafka import KafkaEventLog
 
-    [block] = of("bash", "kafka")
+    [block] = of("bash", "run-kafka")
     topic = f"readme{uuid.uuid4().hex[:8]}.events"
     sec = servers.kafka_security()
     log = KafkaEventLog(kafka_bootstrap, security=sec)
@@ -122,7 +121,7 @@ def test_the_mcp_stdio_configuration(served):
     from mcp import ClientSession
     from mcp.client.stdio import stdio_client
 
-    [block] = of("json", "mcp-stdio")
+    [block] = of("json", "run-mcp-stdio")
     params = _stdio_params(json.loads(block), served)
 
     async def run():
@@ -137,8 +136,8 @@ def test_the_mcp_http_command_and_configuration(served, tmp_path):
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    [command] = of("bash", "mcp-http")
-    [block] = of("json", "mcp-http")
+    [command] = of("bash", "run-mcp-http")
+    [block] = of("json", "run-mcp-http")
     [port] = servers.free_ports(1)
     argv = [str(BIN) if a == "memstream" else served.url if a == "http://127.0.0.1:8080" else str(port) if a == "8765" else a
             for a in shlex.split(command)]
