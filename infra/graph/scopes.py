@@ -8,15 +8,14 @@ neighbourhood is made of and what SQL would otherwise read per question, growing
 boundary: every context's node mentions, each entity's contexts (its degree, and its strongest
 mentions once asked for), and the adjacency rows touching each context.
 
-Scopes are dropped least recently used first once they hold more than `max_contexts` contexts in
-all (and made again on their next walk): memory is bounded by that setting. Nothing here is
+The store keeps its scopes in a schemas/sized_lru.py SizedLRU bounded by `max_contexts` contexts
+in all (least recently walked dropped first, made again on their next walk): memory is bounded by
+that setting. Nothing here is
 written to a file, so a forget is erased from every file by the store's own transaction.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Callable, Iterable
 
 import numpy as np
@@ -133,34 +132,3 @@ class GraphScope:
                 if len(out) == limit:
                     break
         return out
-
-
-class GraphScopes:
-    """Every scope one store instance has made, least recently used first out past `max_contexts`."""
-
-    def __init__(self, max_contexts: int):
-        self.max_contexts = max_contexts
-        self._items: OrderedDict[tuple, GraphScope] = OrderedDict()
-        self.lock = threading.RLock()
-
-    def get(self, key: tuple, load: Callable[[GraphScope], None]) -> GraphScope:
-        with self.lock:
-            scope = self._items.get(key)
-            if scope is None:
-                scope = GraphScope()
-                load(scope)
-                self._items[key] = scope
-            self._items.move_to_end(key)
-            total = sum(len(s) for s in self._items.values())
-            while total > self.max_contexts and len(self._items) > 1:
-                _, dropped = self._items.popitem(last=False)
-                total -= len(dropped)
-            return scope
-
-    def loaded(self) -> list[tuple[tuple, GraphScope]]:
-        with self.lock:
-            return list(self._items.items())
-
-    def clear(self) -> None:
-        with self.lock:
-            self._items.clear()

@@ -20,10 +20,11 @@ from typing import Callable, Mapping
 import numpy as np
 import scipy.sparse as sp
 
-from infra.graph.scopes import GraphScope, GraphScopes
+from infra.graph.scopes import GraphScope
 from infra.sqlite_base import SqliteViewBase, _chunks, boundary_where, forget_where, utc_iso
 from schemas.ports.graph import EntityMatch, GraphChangeSet, SentenceIncidence
 from schemas.ports.views import Boundary, Forget, Positions, TurnRow
+from schemas.sized_lru import SizedLRU
 from schemas.versioned_cache import Lru, VersionedCache
 
 _SCHEMA = """
@@ -151,7 +152,7 @@ class SqliteGraphStore(SqliteViewBase):
         `max_contexts`: contexts the in-memory scopes of bounded walks hold in all
         (MEMSTREAM_VIEWS_GRAPH_MAX_CONTEXTS; least recently used scope first out)."""
         super().__init__(path, generation)
-        self._scopes = GraphScopes(max_contexts)
+        self._scopes: SizedLRU[GraphScope] = SizedLRU(max_contexts)
         self._seq = self._last_change()
         self._cache: VersionedCache[_Snapshot] = VersionedCache(cache_size)
         # The bounded path reads contexts' mentions and sentences by id, over and over for the
@@ -518,7 +519,7 @@ class SqliteGraphStore(SqliteViewBase):
             return None
         self._sync()
         conv = b.conversation_ids[0] if b.conversation_ids is not None else None
-        return self._scopes.get((b.tenant_id, conv), lambda scope: self._load_scope(scope, b.tenant_id, conv))
+        return self._scopes.get((b.tenant_id, conv), lambda: self._load_scope(GraphScope(), b.tenant_id, conv))
 
     def scope_contents(self, fresh: bool = False) -> dict[tuple[str, str | None], dict]:
         """The content of every loaded scope, brought up to date (`fresh`: the same scopes loaded
@@ -583,7 +584,7 @@ class SqliteGraphStore(SqliteViewBase):
                 self._conn().execute(f"SELECT source, target FROM adjacency WHERE source IN ({marks}) OR target IN ({marks})",
                                      (*present, *present)).fetchall())
 
-    def _load_scope(self, scope: GraphScope, tenant: str, conv: str | None) -> None:
+    def _load_scope(self, scope: GraphScope, tenant: str, conv: str | None) -> GraphScope:
         where, args = "tenant_id=?", [tenant]
         if conv is not None:
             where, args = where + " AND conversation_id=?", [tenant, conv]
@@ -593,6 +594,7 @@ class SqliteGraphStore(SqliteViewBase):
                                f"ON e.entity_id = m.entity_id WHERE m.{where.replace(' AND ', ' AND m.')} "
                                "AND m.kind IN ('ner', 'speaker', 'keyword')", args).fetchall(),
                   conn.execute(f"SELECT source, target FROM adjacency WHERE {where}", args).fetchall())
+        return scope
 
     def _neighbourhood_sql(self, b: Boundary, reset: dict[str, float], contexts: list[str], contexts_total: int | None,
                        hub_cap: int | None, per_entity: int, reach_entities: int, max_share: float,

@@ -11,17 +11,16 @@ never rebuilt because the conversation moved on:
   point, a delete removes it (the tombstone is in memory only; nothing here is ever written to a
   file, so a forgotten vector is gone from every file when the store's own transaction erases it).
 
-Scopes are dropped least recently used first once they hold more than `max_points` points in
-all (and made again on their next search): memory is bounded by that setting.
+The store keeps its scopes in a schemas/sized_lru.py SizedLRU bounded by `max_points` points in
+all (least recently searched dropped first, made again on their next search): memory is bounded
+by that setting.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from datetime import datetime
-from typing import Callable, Iterable
+from typing import Iterable
 
 import numpy as np
 
@@ -179,34 +178,3 @@ class Scope:
             rows, scores = rows[part], scores[part]
         order = np.lexsort((self.keys[rows], -scores))  # best first; ties by key: deterministic
         return self.keys[rows][order], scores[order].astype(float)
-
-
-class Scopes:
-    """Every scope one store instance has made, least recently used first out past `max_points`."""
-
-    def __init__(self, dim: Callable[[], int], exact_limit: int, max_points: int):
-        self._dim, self.exact_limit, self.max_points = dim, exact_limit, max_points
-        self._items: OrderedDict[tuple, Scope] = OrderedDict()
-        self.lock = threading.RLock()
-
-    def get(self, key: tuple, load: Callable[[], list[Row]]) -> Scope:
-        with self.lock:
-            scope = self._items.get(key)
-            if scope is None:
-                scope = Scope(self._dim(), self.exact_limit)
-                scope.upsert(load())
-                self._items[key] = scope
-            self._items.move_to_end(key)
-            total = sum(len(s) for s in self._items.values())
-            while total > self.max_points and len(self._items) > 1:
-                _, dropped = self._items.popitem(last=False)
-                total -= len(dropped)
-            return scope
-
-    def loaded(self) -> list[tuple[tuple, Scope]]:
-        with self.lock:
-            return list(self._items.items())
-
-    def clear(self) -> None:
-        with self.lock:
-            self._items.clear()

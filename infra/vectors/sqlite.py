@@ -16,10 +16,11 @@ from datetime import datetime
 import numpy as np
 
 from infra.sqlite_base import SqliteViewBase, _chunks, forget_where
-from infra.vectors.scopes import Scopes
+from infra.vectors.scopes import Scope
 from schemas.ports.vectors import Collection, TurnPooling, VectorChangeSet
 from schemas.ports.views import Boundary, Forget, Hit, Positions
 from schemas.units import unit_key
+from schemas.sized_lru import SizedLRU
 from schemas.versioned_cache import Lru, VersionedCache
 
 _SCHEMA = """
@@ -95,7 +96,8 @@ class SqliteVectorStore(SqliteViewBase):
         in-memory scopes hold in all (MEMSTREAM_VIEWS_DENSE_MAX_POINTS; least recently used first out)."""
         super().__init__(path, generation)
         self._cache: VersionedCache[_Matrix] = VersionedCache(cache_size)
-        self._scopes = Scopes(lambda: self.dim, exact_limit, max_points)
+        self._exact_limit = exact_limit
+        self._scopes: SizedLRU[Scope] = SizedLRU(max_points)
         self._seq = self._last_change()
         self._sentences = Lru(SENTENCES_KEPT)
 
@@ -261,14 +263,16 @@ class SqliteVectorStore(SqliteViewBase):
         return out
 
     def _scope(self, collection: Collection, tenant_id: str, conversation_id: str | None):
-        def load() -> list[tuple]:
+        def make() -> Scope:
             where, args = "collection=? AND tenant_id=?", [collection, tenant_id]
             if conversation_id is not None:
                 where += " AND conversation_id=?"
                 args.append(conversation_id)
-            return self._conn().execute(f"SELECT {_POINT_COLS} FROM points WHERE {where} ORDER BY point_id", args).fetchall()
+            scope = Scope(self.dim, self._exact_limit)
+            scope.upsert(self._conn().execute(f"SELECT {_POINT_COLS} FROM points WHERE {where} ORDER BY point_id", args).fetchall())
+            return scope
 
-        return self._scopes.get((collection, tenant_id, conversation_id), load)
+        return self._scopes.get((collection, tenant_id, conversation_id), make)
 
     def nearest(self, collection: Collection, vector: np.ndarray, boundary: Boundary, limit: int) -> tuple[np.ndarray, np.ndarray]:
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
