@@ -233,7 +233,7 @@ class Pipeline:
         if model != self.backends.encoder_name and (view, generation) not in self._model_noted:
             self._model_noted.add((view, generation))
             print(f"memstream: the {view} view's generation {generation} was built with encoder {model}; the configuration names "
-                  f"{self.backends.encoder_name}: it keeps {model} until `memstream replay {view}` builds a generation with "
+                  f"{self.backends.encoder_name}: it keeps {model} until `memstream replay --projection {view}` builds a generation with "
                   f"{self.backends.encoder_name}", file=sys.stderr, flush=True)
         return model
 

@@ -1,4 +1,4 @@
-"""95 % intervals for evaluation means by a stratified bootstrap (issue 18).
+"""95 % intervals for evaluation means by a stratified bootstrap.
 
 Questions are resampled with replacement *within* their conversation, each conversation keeping
 its number of questions: the conversations are the design's strata (the LOCO folds), and a plain

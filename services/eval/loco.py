@@ -1,4 +1,4 @@
-"""Leave-one-conversation-out evaluation (issue 18): `memstream eval locomo PATH --loco`.
+"""Leave-one-conversation-out evaluation: `memstream eval locomo PATH --loco`.
 
 For each conversation of the split (a fold), every Zero-Mem variant — the full method and each
 ablation, each with its own objective — has its constants chosen by coordinate descent over a

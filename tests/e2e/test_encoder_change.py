@@ -84,7 +84,7 @@ def test_switching_the_encoder_by_configuration_and_replay(tmp_path, models, cap
         err = capsys.readouterr().err
         for view in ENCODED_VIEWS:
             assert (f"the {view} view's generation 1 was built with encoder {DEFAULT}; the configuration names hashing-128: "
-                    f"it keeps {DEFAULT} until `memstream replay {view}`") in err
+                    f"it keeps {DEFAULT} until `memstream replay --projection {view}`") in err
         published = client.post("/v1/events", json=[items[-1]])  # projected with the generation's own model
         assert published.status_code == 200
         assert client.post("/v1/wait", json={"positions": published.json()["positions"], "timeout_seconds": 120}).json()["caught_up"] is True
