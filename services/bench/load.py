@@ -141,9 +141,15 @@ class LoadRun:
     async def run(self) -> dict:
         cfg = self.cfg
         headers = {"Authorization": f"Bearer {cfg.key}"}
-        limits = httpx.Limits(max_connections=cfg.publishers + cfg.searchers + 64)
-        async with httpx.AsyncClient(base_url=cfg.url, headers=headers, timeout=120, limits=limits) as http:
-            self.http = http
+        # Searches and publishes get connections of their own: the freshness waits are long polls
+        # (one per acknowledged batch, each held until the views have the batch), and sharing one
+        # bounded pool made searches queue client-side behind them whenever freshness passed
+        # (pool size / batches per second) seconds - latency the server never saw.
+        limits = httpx.Limits(max_connections=cfg.publishers + cfg.searchers + 4)
+        async with httpx.AsyncClient(base_url=cfg.url, headers=headers, timeout=120, limits=limits) as http, \
+                httpx.AsyncClient(base_url=cfg.url, headers=headers, timeout=330,
+                                  limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)) as waits:
+            self.http, self.waits = http, waits
             await self._seed_memory()
             await self._warm_up()
             self.t0 = time.monotonic()
@@ -270,7 +276,7 @@ class LoadRun:
 
     async def _freshness(self, positions: dict, acked: float) -> None:
         try:
-            r = await self.http.post("/v1/wait", json={"positions": positions, "timeout_seconds": 300})
+            r = await self.waits.post("/v1/wait", json={"positions": positions, "timeout_seconds": 300})
         except httpx.HTTPError as exc:
             self.errors.append(f"wait: {exc!r}")
             return
