@@ -1,4 +1,4 @@
-"""Tenant isolation at the ports, run against every adapter (issue 13): hierarchy (unit store),
+"""Tenant isolation at the ports, run against every adapter: hierarchy (unit store),
 lexical, dense (vectors) and graph.
 
 Each hypothesis example writes two to four tenants into one store: tenant ids that are
@@ -48,7 +48,7 @@ from tests.contracts.builders import T0, unit_vector, units
 
 pytestmark = pytest.mark.contract
 
-EXAMPLES = 50  # per adapter (issue 13: at least 50 per server adapter)
+EXAMPLES = 50  # per adapter: at least 50 per server adapter
 DIM = 16
 COMMON = "marmalade"  # in every text of every tenant: a query with it matches every document
 

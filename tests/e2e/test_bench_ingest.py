@@ -1,4 +1,4 @@
-"""`memstream bench ingest` (issue 17): the append rate, one LoCoMo conversation's add -> ready with
+"""`memstream bench ingest`: the append rate, one LoCoMo conversation's add -> ready with
 the time per stage, and each model alone on the same turns, on the declared fast model path. It
 checks the output and the command's errors, not the figures (docs/results/ingest.md: those come from the full run
 with the real models)."""

@@ -1,4 +1,4 @@
-"""`memstream bench query` (issue 17): one LoCoMo conversation published through the API of a
+"""`memstream bench query`: one LoCoMo conversation published through the API of a
 scratch serve on the declared fast model path, then its first questions at 1 and 2 concurrent
 clients. It checks the output and the command's errors, not the figures (docs/results/query.md: those come from
 the full run with the real models)."""

@@ -1,4 +1,4 @@
-"""`memstream bench scale`, the CI smoke point (issue 17): a store grown to 10k turns around one
+"""`memstream bench scale`, the CI smoke point: a store grown to 10k turns around one
 measured LoCoMo conversation against a 1k one, on the declared fast model path. It checks the
 output and the resume, not the figures (docs/results/scale.md: those come from the full run)."""
 

@@ -1,4 +1,4 @@
-"""`memstream eval locomo --loco` (issue 18) on two dev conversations, the declared fast model path
+"""`memstream eval locomo --loco` on two dev conversations, the declared fast model path
 and two tunable constants: every fold tuned on the other conversation and scored on its own, the
 report's intervals and paired differences in their documented shape, zero LLM tokens. It checks
 the procedure and the output, not the figures (docs/results/retrieval.md: those come from the real models)."""

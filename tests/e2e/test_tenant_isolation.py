@@ -1,4 +1,4 @@
-"""Tenant isolation, proven by property, through the query service (issue 13, part 2).
+"""Tenant isolation, proven by property, through the query service.
 
 Seven tenants share everything a producer chooses: conversation ids, session ids, agent ids,
 speaker names, event ids, timestamps, the chit-chat around the facts and its entity names —
@@ -46,7 +46,7 @@ from tests.e2e.helpers import make_pipeline, registry_with
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLES = 500  # per strategy (issue 13: at least 500 in embedded mode)
+EXAMPLES = 500  # per strategy: at least 500 in embedded mode
 
 # Prefixes of each other, and the characters Lucene (-) and SQL LIKE (_) treat specially.
 TENANTS = ("acme", "acme-b", "acme_b", "0", "zeta", "z-9", "globex")

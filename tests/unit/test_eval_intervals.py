@@ -1,4 +1,4 @@
-"""The LOCO report's arithmetic (issue 18): the stratified bootstrap and the per-question ranking
+"""The LOCO report's arithmetic: the stratified bootstrap and the per-question ranking
 metrics, on inputs whose answers are known by hand."""
 
 from __future__ import annotations
