@@ -519,7 +519,7 @@ class SqliteGraphStore(SqliteViewBase):
             return None
         self._sync()
         conv = b.conversation_ids[0] if b.conversation_ids is not None else None
-        return self._scopes.get((b.tenant_id, conv), lambda: self._load_scope(GraphScope(), b.tenant_id, conv))
+        return self._scopes.get((b.tenant_id, conv), lambda: self._load_scope(b.tenant_id, conv))
 
     def scope_contents(self, fresh: bool = False) -> dict[tuple[str, str | None], dict]:
         """The content of every loaded scope, brought up to date (`fresh`: the same scopes loaded
@@ -529,8 +529,7 @@ class SqliteGraphStore(SqliteViewBase):
             out = {}
             for (tenant, conv), scope in self._scopes.loaded():
                 if fresh:
-                    scope = GraphScope()
-                    self._load_scope(scope, tenant, conv)
+                    scope = self._load_scope(tenant, conv)
                 out[(tenant, conv)] = scope.content()
             return out
 
@@ -584,7 +583,8 @@ class SqliteGraphStore(SqliteViewBase):
                 self._conn().execute(f"SELECT source, target FROM adjacency WHERE source IN ({marks}) OR target IN ({marks})",
                                      (*present, *present)).fetchall())
 
-    def _load_scope(self, scope: GraphScope, tenant: str, conv: str | None) -> GraphScope:
+    def _load_scope(self, tenant: str, conv: str | None) -> GraphScope:
+        scope = GraphScope()
         where, args = "tenant_id=?", [tenant]
         if conv is not None:
             where, args = where + " AND conversation_id=?", [tenant, conv]

@@ -5,6 +5,7 @@ file and heading that exist."""
 from __future__ import annotations
 
 import re
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ def slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
+@cache  # a page is read once however many links point into it
 def anchors(page: Path) -> set[str]:
     seen: dict[str, int] = {}
     out = set()
@@ -42,6 +44,7 @@ def anchors(page: Path) -> set[str]:
     return out
 
 
+@cache
 def fences(page: Path) -> list[tuple[int, str]]:
     """(line number, info string) of every opening fence."""
     out, inside = [], False
