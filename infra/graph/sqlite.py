@@ -159,7 +159,7 @@ class SqliteGraphStore(SqliteViewBase):
         # candidates of a conversation's questions: both are written once per turn and never
         # rewritten (a turn's analysis is its own; a forget deletes the turn's rows, after which no
         # read asks for that turn), so they are kept by id, least recently used first out.
-        self._by_context = Lru(ROWS_KEPT)  # context id -> ((entity id, label, weight, kind), ...), tenant
+        self._by_context = Lru(ROWS_KEPT)  # context id -> (its mentions, where it is, their (entity id, label) pairs)
         self._by_sentence = Lru(ROWS_KEPT)  # sentence id -> (context id, entity ids, agent, occurred_at, session)
         self._degrees = Lru(ROWS_KEPT)  # (entity id, (tenant, conversations)) -> (their versions, degree)
 
@@ -364,13 +364,14 @@ class SqliteGraphStore(SqliteViewBase):
     def context_mentions(self, boundary: Boundary, context_ids: list[str] | None = None) -> dict[str, list[tuple[str, str]]]:
         if context_ids is None:
             return self._snapshot(boundary).context_mentions
-        rows = self._context_rows(boundary, context_ids)
-        return {cid: [(eid, label) for eid, label, _, _ in found] for cid, found in rows.items() if found}
+        return {cid: pairs for cid, pairs in self._context_rows(boundary, context_ids, pairs=True).items() if pairs}
 
-    def _context_rows(self, b: Boundary, context_ids: list[str]) -> dict[str, tuple]:
-        """Each context's mentions (entity id, label, weight, kind) in entity-id order, for the
-        contexts inside the boundary; kept by id with where the context is (tenant, conversation,
-        session, agent, time), against which every read's boundary is checked."""
+    def _context_rows(self, b: Boundary, context_ids: list[str], *, pairs: bool = False) -> dict[str, tuple]:
+        """Each context's mentions (entity id, label, weight, kind) in entity-id order — or, with
+        `pairs`, their (entity id, label) list, kept beside them because the bounded path asks for
+        it every question — for the contexts inside the boundary; kept by id with where the context
+        is (tenant, conversation, session, agent, time), against which every read's boundary is
+        checked. What is kept is shared between reads: no caller changes it."""
         found, missing = self._by_context.get_many(dict.fromkeys(context_ids))
         if missing:
             fetched: dict[str, list] = {}
@@ -389,10 +390,11 @@ class SqliteGraphStore(SqliteViewBase):
                         "ORDER BY m.context_id, m.entity_id", chunk).fetchall():
                     if cid in fetched:
                         fetched[cid].append((eid, label, weight, kind))
-            rows = {cid: (tuple(v), where[cid]) for cid, v in fetched.items()}
+            rows = {cid: (tuple(v), where[cid], [(eid, label) for eid, label, _, _ in v]) for cid, v in fetched.items()}
             self._by_context.put_many(rows)
             found.update(rows)
-        return {cid: rows for cid, (rows, place) in found.items() if _inside_boundary(b, *place)}
+        at = 2 if pairs else 0
+        return {cid: row[at] for cid, row in found.items() if _inside_boundary(b, *row[1])}
 
     def sentence_incidence(self, boundary: Boundary, entity_ids: list[str] | None = None) -> SentenceIncidence:
         if entity_ids is None:

@@ -206,7 +206,7 @@ class OpenSearchLexicalIndex(OpenSearchViewBase):
         # time here); the order is made after, the same: score, then key.
         return self.score_units_query(q, boundary, limit)
 
-    def score_ids(self, kind: UnitKind, query: str, boundary: Boundary, unit_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def score_ids(self, kind: UnitKind | None, query: str, boundary: Boundary, unit_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
         q = self._query(kind, query, boundary)
         if q is None or not unit_ids:
             return np.zeros(0, np.int64), np.zeros(0)

@@ -563,7 +563,7 @@ class TantivyLexicalIndex:
         keys = searcher.fast_field_values("key", [addr for _, addr in hits])
         return np.asarray(keys, dtype=np.int64), np.asarray([score for score, _ in hits], dtype=float)
 
-    def score_ids(self, kind: UnitKind, query: str, boundary: Boundary, unit_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def score_ids(self, kind: UnitKind | None, query: str, boundary: Boundary, unit_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
         searcher, shared = self._searcher(boundary.tenant_id)
         q = self._query(kind, query, boundary, shared, unit_ids) if searcher is not None and unit_ids else None
         if q is None:

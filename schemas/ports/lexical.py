@@ -54,8 +54,9 @@ class LexicalIndex(ViewStore, Protocol):
         unit's score is the one its own kind's search gives)."""
         ...
 
-    def score_ids(self, kind: UnitKind, query: str, boundary: Boundary, unit_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def score_ids(self, kind: UnitKind | None, query: str, boundary: Boundary, unit_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """`score_units` for the named units only: (keys, BM25 scores) of those of `unit_ids`
-        inside the boundary that match the query (the others score 0, and are absent). Each score is
-        the one `score_units` gives the unit: the bounded query path scores its candidates with it."""
+        (of `kind`, or of any kind for None) inside the boundary that match the query (the others
+        score 0, and are absent). Each score is the one `score_units` gives the unit, whatever the
+        kind asked: the bounded query path scores all its candidates with one call."""
         ...

@@ -259,25 +259,29 @@ class ZeroMem:
         except ViewUnavailable:  # the graph view is down: calendar and number words only (not cached)
             version, mentions = None, {}
         speakers = {entity_id(b.tenant_id, normalize_entity(s)) for s in c.speakers}
-        flags = {k: np.zeros(self.n) for k in ("date", "number", "place", "person")}
-        words = _calendar_and_numbers(c.turns)
+        words = np.array(_calendar_and_numbers(c.turns), dtype=float).reshape(-1, 2)
+        flags = {"date": words[:, 0].copy(), "number": words[:, 1].copy(), "place": np.zeros(self.n), "person": np.zeros(self.n)}
+        date, number, place, person = flags["date"], flags["number"], flags["place"], flags["person"]
         for i, t in enumerate(c.turns):
-            found = mentions.get(t.unit_id, ())
-            labels = {lab for _, lab in found}
-            has_time, has_number = words[i]
-            flags["date"][i] = bool(labels & _DATE_LABELS) or has_time
-            flags["number"][i] = bool(labels & _NUMBER_LABELS) or has_number
-            flags["place"][i] = bool(labels & _PLACE_LABELS)
-            flags["person"][i] = any(lab == "PERSON" and eid not in speakers for eid, lab in found)
-        flags["duration"] = np.maximum(flags["date"], flags["number"])
-        for i, t in enumerate(c.turns):
-            for eid, lab in mentions.get(t.unit_id, ()):
-                if lab == "PERSON" and eid in speakers:
-                    continue
+            found = mentions.get(t.unit_id)
+            if not found:  # most turns: nothing but their words
+                continue
+            for eid, lab in found:
+                if lab in _DATE_LABELS:
+                    date[i] = 1.0
+                if lab in _NUMBER_LABELS:
+                    number[i] = 1.0
+                if lab in _PLACE_LABELS:
+                    place[i] = 1.0
+                if lab == "PERSON":
+                    if eid in speakers:  # a speaker named is not a person the question asks about
+                        continue
+                    person[i] = 1.0
                 key = "label:" + lab
                 if key not in flags:
                     flags[key] = np.zeros(self.n)
                 flags[key][i] = 1.0
+        flags["duration"] = np.maximum(date, number)
         if version is not None:
             c._type_flags = (version, flags)
         return flags

@@ -116,6 +116,12 @@ def test_scoring_named_units_gives_each_the_score_of_the_whole_ranking(index):
     assert set(named) == {unit_key("t-a"), unit_key("t-d")}
     assert all(abs(named[key] - whole[key]) < 1e-5 for key in named)
     assert index.score_ids("turn", "   ", b, ["t-a"])[0].size == 0 and index.score_ids("turn", "pottery", b, [])[0].size == 0
+    # Every kind at once: the same score per unit as its own kind's call.
+    k, v = index.score_ids(None, "pottery hiking", b, ["t-a", "t-d", "w-a", "t-x"])
+    mixed = dict(zip(k.tolist(), v.tolist()))
+    window = dict(zip(*(a.tolist() for a in index.score_ids("window", "pottery hiking", b, ["w-a"]))))
+    assert set(mixed) == {unit_key("t-a"), unit_key("t-d"), unit_key("w-a")}
+    assert all(abs(mixed[key] - {**named, **window}[key]) < 1e-5 for key in mixed)
 
 
 def test_reads_from_several_threads_at_once_answer_as_alone(index, request):
