@@ -92,16 +92,12 @@ def candidate_corpus(ctx, bounds: Bounds) -> Corpus:
         corpus = _corpus(ctx, units, b, turns, groups)
     if not lexical_down and ctx.lexical_query:  # every candidate's own BM25 score, as the whole boundary's ranking gives it
         with ctx.timed("lexical"):
-            ids = {"turn": [t.unit_id for t in corpus.turns], "episode": [u.unit_id for u in corpus.episodes.units],
-                   "window": [u.unit_id for lv in corpus.windows.values() for u in lv.units]}
             ctx.corpus = corpus
-            # One search for every kind (a unit's score does not depend on the kind asked), split by kind.
-            keys, scores = ctx.store("lexical").score_ids(None, ctx.lexical_query, b, [i for kind in KINDS for i in ids[kind]])
-            kind_of = {unit_key(i): j for j, kind in enumerate(KINDS) for i in ids[kind]}
-            which = np.fromiter((kind_of.get(int(k), -1) for k in keys.tolist()), dtype=np.int64, count=len(keys))
-            ctx.seed_bm25({kind: (keys[which == j], scores[which == j]) for j, kind in enumerate(KINDS)})
+            # One search for every kind: a unit's score does not depend on the kind asked.
+            ids = [i for kind in KINDS for i in ctx.unit_ids(kind)]
+            ctx.seed_bm25(ctx.store("lexical").score_ids(None, ctx.lexical_query, b, ids))
     elif not lexical_down:
-        ctx.seed_bm25({kind: (np.zeros(0, np.int64), np.zeros(0)) for kind in KINDS})
+        ctx.seed_bm25((np.zeros(0, np.int64), np.zeros(0)))
     return corpus
 
 

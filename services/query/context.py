@@ -272,13 +272,10 @@ class QueryContext:
             for size in self.corpus.windows:
                 self.bm25("window", size)
 
-    def seed_bm25(self, found: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-        """The bounded path's BM25 searches (services/query/candidates.py), one per unit kind, as
-        the signals' source: a unit outside a kind's top scores 0."""
-        for kind, hit in found.items():
-            self._cache[("bm25-raw", kind)] = hit
-        self._cache[("bm25-raw", None)] = (np.concatenate([k for k, _ in found.values()]),
-                                           np.concatenate([s for _, s in found.values()]))
+    def seed_bm25(self, hit: tuple[np.ndarray, np.ndarray]) -> None:
+        """The bounded path's BM25 search of its candidates of every kind (services/query/candidates.py),
+        (keys, scores), as the signals' source: a unit it does not hold scores 0."""
+        self._cache[("bm25-raw", None)] = hit
 
     def _bm25_raw(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
         """The engine's (keys, scores) covering `kind`: the all-kinds search if one was made,
@@ -310,7 +307,7 @@ class QueryContext:
             q = self.qvec if vector is None else vector
             with self.timed("dense"):
                 if self.corpus.bounded:  # the candidates' own scores, by id
-                    ids = self._ids(kind)
+                    ids = self.unit_ids(kind)
                     scores = self.store("dense").score_points(kind, q, self.boundary, ids)
                     got = [(unit_key(i), scores[i]) for i in ids if i in scores]
                     self._cache[raw] = (np.array([k for k, _ in got], dtype=np.int64), np.array([s for _, s in got], dtype=float))
@@ -318,7 +315,7 @@ class QueryContext:
                     self._cache[raw] = self.store("dense").score_units(kind, q, self.boundary)
         return self._cache[raw]
 
-    def _ids(self, kind: str) -> list[str]:
+    def unit_ids(self, kind: str) -> list[str]:
         """Ids of the corpus's units of a kind (every window level together)."""
         c = self.corpus
         if kind == "turn":
