@@ -8,6 +8,7 @@ from collections import OrderedDict
 from datetime import datetime
 
 from infra.sqlite_base import SqliteViewBase, _chunks, boundary_where, forget_where
+from infra.units.reads import UnitReads
 from schemas.ports.unit_store import UnitChangeSet
 from schemas.ports.views import Boundary, Forget, Positions
 from schemas.units import TraceUnit, UnitKind, unit_key
@@ -47,6 +48,27 @@ CREATE TRIGGER IF NOT EXISTS turns_speakers_out AFTER DELETE ON turns BEGIN
     DELETE FROM speakers WHERE tenant_id = OLD.tenant_id AND conversation_id = OLD.conversation_id
         AND speaker = OLD.speaker AND turns <= 0;
 END;
+-- What changed, in commit order, for the in-memory reads of infra/units/reads.py to follow: every
+-- unit and ledger turn written or deleted, with its session. Pruned to the last CHANGES_KEPT rows.
+CREATE TABLE IF NOT EXISTS unit_changes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, unit_id TEXT NOT NULL, tenant_id TEXT NOT NULL,
+    conversation_id TEXT NOT NULL, session_id TEXT NOT NULL);
+CREATE TRIGGER IF NOT EXISTS units_changes_in AFTER INSERT ON units BEGIN
+    INSERT INTO unit_changes (unit_id, tenant_id, conversation_id, session_id)
+        VALUES (NEW.unit_id, NEW.tenant_id, NEW.conversation_id, NEW.session_id);
+END;
+CREATE TRIGGER IF NOT EXISTS units_changes_out AFTER DELETE ON units BEGIN
+    INSERT INTO unit_changes (unit_id, tenant_id, conversation_id, session_id)
+        VALUES (OLD.unit_id, OLD.tenant_id, OLD.conversation_id, OLD.session_id);
+END;
+CREATE TRIGGER IF NOT EXISTS turns_changes_in AFTER INSERT ON turns BEGIN
+    INSERT INTO unit_changes (unit_id, tenant_id, conversation_id, session_id)
+        VALUES (NEW.turn_id, NEW.tenant_id, NEW.conversation_id, NEW.session_id);
+END;
+CREATE TRIGGER IF NOT EXISTS turns_changes_out AFTER DELETE ON turns BEGIN
+    INSERT INTO unit_changes (unit_id, tenant_id, conversation_id, session_id)
+        VALUES (OLD.turn_id, OLD.tenant_id, OLD.conversation_id, OLD.session_id);
+END;
 CREATE INDEX IF NOT EXISTS turns_time ON turns (tenant_id, conversation_id, session_id, occurred_at);
 CREATE INDEX IF NOT EXISTS turns_conversation_time ON turns (tenant_id, conversation_id, occurred_at);
 CREATE INDEX IF NOT EXISTS turns_latest ON turns (tenant_id, occurred_at);
@@ -56,7 +78,9 @@ CREATE INDEX IF NOT EXISTS turns_latest ON turns (tenant_id, occurred_at);
 PARSED_LISTINGS_KEPT = 64  # boundary listings whose parsed units are kept (as many as the query side's corpus cache)
 
 
-PARSED_UNITS_KEPT = 50_000  # units parsed by get_units, kept by their stored text (the bounded query path's reads)
+PARSED_UNITS_KEPT = 50_000  # units the bounded query path read by id or key, kept parsed (infra/units/reads.py)
+GROUPS_KEPT = 200_000  # turns whose windows and episodes are kept for it
+CHANGES_KEPT = 500_000
 
 
 class SqliteUnitStore(SqliteViewBase):
@@ -69,7 +93,8 @@ class SqliteUnitStore(SqliteViewBase):
         super().__init__(path, generation)
         self._parsed: OrderedDict[tuple, dict[str, TraceUnit]] = OrderedDict()
         self._parsed_lock = threading.Lock()
-        self._by_id: OrderedDict[str, tuple[int, TraceUnit]] = OrderedDict()  # unit id -> (rowid, parsed unit)
+        self._reads = UnitReads(PARSED_UNITS_KEPT, GROUPS_KEPT)
+        self._reads.epoch = self._last_change()
 
     def _migrate(self) -> None:
         super()._migrate()
@@ -106,6 +131,7 @@ class SqliteUnitStore(SqliteViewBase):
             c.executemany("INSERT OR REPLACE INTO unit_keys VALUES (?,?)", [(unit_key(u.unit_id), u.unit_id) for u in change.upsert_units])
             self._write_positions(c, positions)
             self._bump(c, touched)
+            c.execute("DELETE FROM unit_changes WHERE seq <= (SELECT MAX(seq) FROM unit_changes) - ?", (CHANGES_KEPT,))
 
     def _forget(self, c, forget: Forget):
         touched = super()._forget(c, forget)
@@ -114,59 +140,116 @@ class SqliteUnitStore(SqliteViewBase):
             c.execute(f"DELETE FROM units WHERE {where}", args)
         return touched
 
+    # -- the bounded query path's reads (schemas/ports/unit_store.py), kept in memory ----------
+    def _last_change(self) -> int:
+        return int(self._conn().execute("SELECT MAX(seq) FROM unit_changes").fetchone()[0] or 0)
+
+    def _sync(self) -> int:
+        """Apply what was written since the last read (under the lock); the epoch a read starts at."""
+        reads = self._reads
+        rows = self._conn().execute("SELECT seq, unit_id, tenant_id, conversation_id, session_id FROM unit_changes "
+                                    "WHERE seq > ? ORDER BY seq", (reads.epoch,)).fetchall()
+        if rows:
+            oldest = self._conn().execute("SELECT MIN(seq) FROM unit_changes").fetchone()[0]
+            if oldest > reads.epoch + 1:  # pruned past this reader
+                reads.restart(rows[-1][0])
+            else:
+                reads.changed(rows)
+        return reads.epoch
+
+    def kept_reads(self) -> dict:
+        """What the in-memory reads hold once the writes so far are applied (the contract suite
+        compares it with what a store opened afresh reads)."""
+        with self._parsed_lock:
+            self._sync()
+            return self._reads.contents()
+
     def get_units(self, tenant_id: str, unit_ids: list[str]) -> dict[str, TraceUnit]:
-        out: dict[str, TraceUnit] = {}
-        for chunk in _chunks(list(dict.fromkeys(unit_ids)), 500):
+        with self._parsed_lock:
+            epoch = self._sync()
+            out, missing = self._reads.units_of(dict.fromkeys(unit_ids), tenant_id)
+        for chunk in _chunks(missing, 500):
             # By the primary key, the tenant checked on the rows (a tenant condition in SQL makes the
             # planner walk the tenant's index instead).
             rows = self._conn().execute(
                 f"SELECT unit_id, rowid, tenant_id FROM units WHERE unit_id IN ({','.join('?' * len(chunk))})", chunk).fetchall()
-            out.update(self._parsed_rows([(uid, rowid) for uid, rowid, tenant in rows if tenant == tenant_id]))
+            out.update(self._parsed_rows([(uid, rowid) for uid, rowid, tenant in rows if tenant == tenant_id], epoch))
         return out
 
-    def _parsed_rows(self, rows: list[tuple[str, int]]) -> dict[str, TraceUnit]:
+    def _parsed_rows(self, rows: list[tuple[str, int]], epoch: int) -> dict[str, TraceUnit]:
         """The units of (unit id, rowid) rows, parsed once while their row stays the same: a unit
-        rewritten (a window re-cut) gets a new rowid, so a cached parse of the old text is never
-        served. Only the rows not cached are read (units are frozen: sharing them is safe)."""
+        rewritten (a window re-cut) gets a new rowid, so a kept parse of the old text is never
+        served. Only the rows not kept are read (units are frozen: sharing them is safe), and what
+        is read is kept if no change arrived since `epoch`."""
         out: dict[str, TraceUnit] = {}
         missing = []
         with self._parsed_lock:
             for uid, rowid in rows:
-                hit = self._by_id.get(uid)
-                if hit is not None and hit[0] == rowid:
-                    self._by_id.move_to_end(uid)
-                    out[uid] = hit[1]
+                unit = self._reads.unit_at(uid, rowid)
+                if unit is not None:
+                    out[uid] = unit
                 else:
                     missing.append(rowid)
         for chunk in _chunks(missing, 500):
             parsed = [(rowid, uid, TraceUnit.model_validate_json(data)) for rowid, uid, data in self._conn().execute(
                 f"SELECT rowid, unit_id, data FROM units WHERE rowid IN ({','.join('?' * len(chunk))})", chunk).fetchall()]
             with self._parsed_lock:
+                keep = self._reads.epoch == epoch
                 for rowid, uid, unit in parsed:
-                    self._by_id[uid] = (rowid, unit)
+                    if keep:
+                        self._reads.keep_unit(uid, rowid, unit)
                     out[uid] = unit
-                while len(self._by_id) > PARSED_UNITS_KEPT:
-                    self._by_id.popitem(last=False)
         return out
 
-    # -- the bounded query path's reads (schemas/ports/unit_store.py) -------------------------
     def containing(self, tenant_id: str, turn_ids: list[str]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
-        for chunk in _chunks(list(dict.fromkeys(turn_ids)), 500):
-            for turn_id, unit_id, tenant in self._conn().execute(
-                    f"SELECT turn_id, unit_id, tenant_id FROM unit_members WHERE turn_id IN ({','.join('?' * len(chunk))}) "
-                    "ORDER BY turn_id, unit_id", chunk).fetchall():
-                if tenant == tenant_id:
-                    out.setdefault(turn_id, []).append(unit_id)
-        return out
+        missing = []
+        with self._parsed_lock:
+            epoch = self._sync()
+            for turn_id in dict.fromkeys(turn_ids):
+                groups = self._reads.groups_of(turn_id)
+                if groups is None:
+                    missing.append(turn_id)
+                else:
+                    found = [g for g, tenant in groups if tenant == tenant_id]
+                    if found:
+                        out[turn_id] = found
+        fetched: dict[str, tuple[tuple, list[tuple[str, str]]]] = {}
+        for chunk in _chunks(missing, 500):
+            for turn_id, unit_id, tenant, conversation, session in self._conn().execute(
+                    f"SELECT m.turn_id, m.unit_id, m.tenant_id, u.conversation_id, u.session_id FROM unit_members m "
+                    f"JOIN units u ON u.unit_id = m.unit_id WHERE m.turn_id IN ({','.join('?' * len(chunk))}) "
+                    "ORDER BY m.turn_id, m.unit_id", chunk).fetchall():
+                fetched.setdefault(turn_id, ((tenant, conversation, session), []))[1].append((unit_id, tenant))
+        with self._parsed_lock:
+            keep = self._reads.epoch == epoch
+            for turn_id in missing:
+                hit = fetched.get(turn_id)
+                if hit is None:
+                    continue
+                if keep:
+                    self._reads.keep_groups(turn_id, *hit)
+                found = [g for g, tenant in hit[1] if tenant == tenant_id]
+                if found:
+                    out[turn_id] = found
+        return {t: out[t] for t in sorted(out)}
 
     def units_by_keys(self, tenant_id: str, keys: list[int]) -> dict[int, TraceUnit]:
         out: dict[int, TraceUnit] = {}
-        for chunk in _chunks([int(k) for k in dict.fromkeys(keys)], 500):
+        missing = []
+        with self._parsed_lock:
+            epoch = self._sync()
+            for key in dict.fromkeys(int(k) for k in keys):
+                unit = self._reads.unit_of_key(key)
+                if unit is None:
+                    missing.append(key)
+                elif unit.provenance.tenant_id == tenant_id:
+                    out[key] = unit
+        for chunk in _chunks(missing, 500):
             rows = [r[:3] for r in self._conn().execute(
                 f"SELECT k.unit_key, u.unit_id, u.rowid, u.tenant_id FROM unit_keys k JOIN units u ON u.unit_id = k.unit_id "
                 f"WHERE k.unit_key IN ({','.join('?' * len(chunk))})", chunk).fetchall() if r[3] == tenant_id]
-            units = self._parsed_rows([(uid, rowid) for _, uid, rowid in rows])
+            units = self._parsed_rows([(uid, rowid) for _, uid, rowid in rows], epoch)
             out.update({key: units[uid] for key, uid, _ in rows if uid in units})
         return out
 
@@ -189,15 +272,27 @@ class SqliteUnitStore(SqliteViewBase):
     def session_starts(self, tenant_id: str, sessions: list[tuple[str, str]]) -> dict[tuple[str, str], datetime]:
         out = {}
         by_conversation: dict[str, list[str]] = {}
-        for conversation_id, session_id in dict.fromkeys(sessions):
-            by_conversation.setdefault(conversation_id, []).append(session_id)
+        with self._parsed_lock:
+            epoch = self._sync()
+            for conversation_id, session_id in dict.fromkeys(sessions):
+                start = self._reads.start_of((tenant_id, conversation_id, session_id))
+                if start is None:
+                    by_conversation.setdefault(conversation_id, []).append(session_id)
+                else:
+                    out[(conversation_id, session_id)] = start
+        fetched = {}
         for conversation_id, session_ids in by_conversation.items():
             for chunk in _chunks(session_ids, 400):
                 for session_id, start in self._conn().execute(
                         f"SELECT session_id, MIN(occurred_at) FROM turns WHERE tenant_id=? AND conversation_id=? "
                         f"AND session_id IN ({','.join('?' * len(chunk))}) GROUP BY session_id",
                         (tenant_id, conversation_id, *chunk)).fetchall():
-                    out[(conversation_id, session_id)] = datetime.fromisoformat(start)
+                    fetched[(conversation_id, session_id)] = datetime.fromisoformat(start)
+        with self._parsed_lock:
+            if self._reads.epoch == epoch:
+                for (conversation_id, session_id), start in fetched.items():
+                    self._reads.keep_start((tenant_id, conversation_id, session_id), start)
+        out.update(fetched)
         return out
 
     def list_units(self, boundary: Boundary, kind: UnitKind) -> list[TraceUnit]:

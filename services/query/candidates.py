@@ -18,6 +18,8 @@ only (services/query/context.py, zeromem.py). Min-max normalisation is over the 
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 
 from schemas.errors import ViewUnavailable
@@ -101,17 +103,42 @@ def candidate_corpus(ctx, bounds: Bounds) -> Corpus:
     return corpus
 
 
+def _flat_members(groups) -> tuple[list[str], np.ndarray]:
+    """The groups' member turn ids one group after another, with each member's group ordinal: the
+    walks over every member of every candidate's windows and episodes become array work (a long
+    conversation's episodes hold hundreds of turns each)."""
+    members: list[str] = []
+    lengths: list[int] = []
+    for g in groups:
+        members.extend(g.turn_ids)
+        lengths.append(len(g.turn_ids))
+    return members, np.repeat(np.arange(len(lengths)), lengths)
+
+
 def _neighbours(turn_ids: set[str], groups, r: int) -> set[str]:
     """The turns within r of each given turn in its session, from the member lists of the windows
     and episodes that hold them (consecutive in session order)."""
-    out: set[str] = set()
     if r <= 0:
-        return out
-    for g in groups:
-        members = g.turn_ids
-        for i, t in enumerate(members):
-            if t in turn_ids:
-                out.update(members[max(0, i - r): i + r + 1])
+        return set()
+    members, group = _flat_members(groups)
+    at = np.flatnonzero(np.fromiter(map(turn_ids.__contains__, members), bool, len(members)))
+    out: set[str] = set()
+    for d in range(-r, r + 1):
+        near = at + d
+        inside = (near >= 0) & (near < len(members))
+        near, origin = near[inside], at[inside]
+        out.update(map(members.__getitem__, near[group[near] == group[origin]].tolist()))
+    return out
+
+
+def _adjacent(ordered: list[TraceUnit], index: dict[str, int], groups) -> np.ndarray:
+    """Per corpus turn: whether the turn before it in the corpus is its predecessor in some window
+    or episode (consecutive members of one group, both in the corpus)."""
+    members, group = _flat_members(groups)
+    pos = np.fromiter(map(index.get, members, repeat(-1)), np.int64, len(members))
+    follows = (pos[:-1] >= 0) & (pos[1:] == pos[:-1] + 1) & (group[:-1] == group[1:])
+    out = np.zeros(len(ordered), dtype=bool)
+    out[pos[1:][follows]] = True
     return out
 
 
@@ -127,9 +154,8 @@ def _corpus(ctx, units, b: Boundary, turns: dict[str, TraceUnit], groups: dict[s
     index = {u.unit_id: i for i, u in enumerate(ordered)}
     session_ord: dict[tuple[str, str], int] = {}
     sessions = [session_ord.setdefault((u.provenance.conversation_id, u.provenance.session_id), len(session_ord)) for u in ordered]
-    pairs = {(m[i], m[i + 1]) for g in groups.values() for m in (g.turn_ids,) for i in range(len(m) - 1)}
-    adjacent = np.array([i > 0 and (ordered[i - 1].unit_id, u.unit_id) in pairs for i, u in enumerate(ordered)], dtype=bool)
-    kept = [g for g in groups.values() if any(t in index for t in g.turn_ids) and _inside(g, b)]
+    adjacent = _adjacent(ordered, index, groups.values())
+    kept = [g for g in groups.values() if not index.keys().isdisjoint(g.turn_ids) and _inside(g, b)]
     by_size: dict[int, list[TraceUnit]] = {}
     for g in sorted(kept, key=lambda g: g.unit_id):
         if g.kind == "window":

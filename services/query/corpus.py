@@ -8,6 +8,7 @@ conversation order of schemas/ordering.py (sessions by first turn, turns inside 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 
 import numpy as np
 import scipy.sparse as sp
@@ -32,14 +33,11 @@ class Level:
     @classmethod
     def of(cls, units: list[TraceUnit], index: dict[str, int], n: int) -> "Level":
         """Units and their membership over the `n` turns of `index` (members outside it are left out)."""
-        rows, cols = [], []
-        for k, u in enumerate(units):
-            for t in u.turn_ids:
-                j = index.get(t)
-                if j is not None:
-                    rows.append(k)
-                    cols.append(j)
-        m = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(units), n))
+        lengths = np.fromiter(map(len, (u.turn_ids for u in units)), np.int64, len(units))
+        cols = np.fromiter(chain.from_iterable(map(index.get, u.turn_ids, repeat(-1)) for u in units), np.int64, int(lengths.sum()))
+        rows = np.repeat(np.arange(len(units)), lengths)
+        inside = cols >= 0
+        m = sp.csr_matrix((np.ones(int(inside.sum())), (rows[inside], cols[inside])), shape=(len(units), n))
         return cls(units, {u.unit_id: k for k, u in enumerate(units)}, m, KeyIndex([unit_key(u.unit_id) for u in units]))
 
     def lift(self, unit_scores: np.ndarray) -> np.ndarray:

@@ -11,6 +11,8 @@ After each sequence:
   exactly the points (ids and vectors) a store opened afresh on the same file loads; the graph
   view's (every context's node mentions, adjacency rows and the entities' degrees) what loading
   them again from the tables gives;
+- the hierarchy view's in-memory reads (units by id and key, the windows and episodes holding a
+  turn, sessions' first times), kept since the first search, what a store opened afresh reads;
 - a search through the long-lived query service (warm caches and scopes) returns the evidence a
   query service opened afresh on the same data returns.
 The server adapters' own maintained fields are held by the port contract suites."""
@@ -147,6 +149,11 @@ def _check_tables(world: World) -> None:
         {(e, s, t, c) for s, t, c, ents in sentences for e in json.loads(ents)})
 
 
+def _conversations(world: World) -> set[str]:
+    """The conversations that still hold turns."""
+    return {c for (c,) in _rows(world.pipeline.store("hierarchy").path, "SELECT DISTINCT conversation_id FROM turns")}
+
+
 def _check_scopes(world: World) -> None:
     live = world.views.store("dense")
     fresh = type(live)(live.path, live.generation)
@@ -160,8 +167,27 @@ def _check_scopes(world: World) -> None:
         fresh.close()
     graph = world.views.store("graph")
     held = graph.scope_contents()
-    assert {("t1", "c1"), ("t1", "c2"), ("t1", None)} <= set(held)
+    # A conversation every turn of which was forgotten has no walk, so no scope.
+    assert {("t1", c) for c in _conversations(world)} | ({("t1", None)} if _conversations(world) else set()) <= set(held)
     assert held == graph.scope_contents(fresh=True)
+
+
+def _check_unit_reads(world: World) -> None:
+    live = world.views.store("hierarchy")
+    held = live.kept_reads()
+    if _conversations(world):
+        assert held["units"] and held["groups"] and held["starts"]  # the searches read through them
+    fresh = type(live)(live.path, live.generation)
+    try:
+        units = fresh.get_units("t1", list(held["units"]))
+        assert {uid: u.model_dump_json() for uid, u in units.items()} == held["units"]
+        assert all(unit_key(uid) == key and uid in held["units"] for key, uid in held["keys"].items())
+        kept_groups = {t: [g for g, _ in groups] for t, (_, groups) in held["groups"].items()}
+        assert fresh.containing("t1", list(held["groups"])) == kept_groups
+        starts = fresh.session_starts("t1", [(c, s) for _, c, s in held["starts"]])
+        assert {("t1", c, s): at for (c, s), at in starts.items()} == held["starts"]
+    finally:
+        fresh.close()
 
 
 @settings(max_examples=6, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
@@ -172,6 +198,7 @@ def test_maintained_structures_equal_a_fresh_build(tmp_path_factory, ops, seed):
         asyncio.run(_run(world, ops, random.Random(seed)))
         _check_tables(world)
         _check_scopes(world)
+        _check_unit_reads(world)
         fresh_views = LiveViews(world.registry)
         try:
             fresh = QueryService(fresh_views, world.registry.encoder(), world.registry.extractor())
