@@ -34,9 +34,11 @@ class UnitReads:
     def __init__(self, max_units: int, max_turns: int, max_sessions: int = 100_000) -> None:
         self.max_units, self.max_turns, self.max_sessions = max_units, max_turns, max_sessions
         self.epoch = 0  # the last change applied (the store's unit_changes seq)
-        self._units: OrderedDict[str, tuple[int, TraceUnit, str]] = OrderedDict()  # unit id -> (rowid, parsed unit, tenant)
+        # unit id -> (rowid, parsed unit, tenant)
+        self._units: OrderedDict[str, tuple[int, TraceUnit, str]] = OrderedDict()
         self._keys: dict[int, str] = {}  # unit_key -> unit id, for the units kept
-        self._groups: OrderedDict[str, tuple[SessionKey, list[tuple[str, str]]]] = OrderedDict()  # turn -> (session, [(group, tenant)])
+        # turn -> (its session, [(window or episode id, tenant)])
+        self._groups: OrderedDict[str, tuple[SessionKey, list[tuple[str, str]]]] = OrderedDict()
         self._session_turns: dict[SessionKey, set[str]] = {}
         self._starts: dict[SessionKey, datetime] = {}
 
