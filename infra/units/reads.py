@@ -42,9 +42,6 @@ class UnitReads:
         self._session_turns: dict[SessionKey, set[str]] = {}
         self._starts: dict[SessionKey, datetime] = {}
 
-    def __len__(self) -> int:
-        return len(self._units)
-
     # -- following the writes --------------------------------------------------------------
     def changed(self, rows: Iterable[ChangeRow]) -> None:
         for seq, uid, tenant, conversation, session in rows:

@@ -86,12 +86,13 @@ def candidate_corpus(ctx, bounds: Bounds) -> Corpus:
         containing = units.containing(b.tenant_id, [*turns, *wanted])
         group_ids = {g for gs in containing.values() for g in gs} - set(groups)
         groups.update(units.get_units(b.tenant_id, sorted(group_ids)))
-        near = _neighbours(set(turns) | wanted, groups.values(), bounds.neighbours)
+        flat = _flat_members(groups.values())  # the groups do not change from here on
+        near = _neighbours(set(turns) | wanted, flat, bounds.neighbours)
         more = sorted((wanted | near) - set(turns))
         turns.update({uid: u for uid, u in units.get_units(b.tenant_id, more).items() if _inside(u, b)})
         for tid in superseded:
             turns.pop(tid, None)
-        corpus = _corpus(ctx, units, b, turns, groups)
+        corpus = _corpus(ctx, units, b, turns, groups, flat)
     if not lexical_down and ctx.lexical_query:  # every candidate's own BM25 score, as the whole boundary's ranking gives it
         with ctx.timed("lexical"):
             ctx.corpus = corpus
@@ -115,12 +116,12 @@ def _flat_members(groups) -> tuple[list[str], np.ndarray]:
     return members, np.repeat(np.arange(len(lengths)), lengths)
 
 
-def _neighbours(turn_ids: set[str], groups, r: int) -> set[str]:
+def _neighbours(turn_ids: set[str], flat: tuple[list[str], np.ndarray], r: int) -> set[str]:
     """The turns within r of each given turn in its session, from the member lists of the windows
     and episodes that hold them (consecutive in session order)."""
     if r <= 0:
         return set()
-    members, group = _flat_members(groups)
+    members, group = flat
     at = np.flatnonzero(np.fromiter(map(turn_ids.__contains__, members), bool, len(members)))
     out: set[str] = set()
     for d in range(-r, r + 1):
@@ -131,10 +132,10 @@ def _neighbours(turn_ids: set[str], groups, r: int) -> set[str]:
     return out
 
 
-def _adjacent(ordered: list[TraceUnit], index: dict[str, int], groups) -> np.ndarray:
+def _adjacent(ordered: list[TraceUnit], index: dict[str, int], flat: tuple[list[str], np.ndarray]) -> np.ndarray:
     """Per corpus turn: whether the turn before it in the corpus is its predecessor in some window
     or episode (consecutive members of one group, both in the corpus)."""
-    members, group = _flat_members(groups)
+    members, group = flat
     pos = np.fromiter(map(index.get, members, repeat(-1)), np.int64, len(members))
     follows = (pos[:-1] >= 0) & (pos[1:] == pos[:-1] + 1) & (group[:-1] == group[1:])
     out = np.zeros(len(ordered), dtype=bool)
@@ -142,7 +143,8 @@ def _adjacent(ordered: list[TraceUnit], index: dict[str, int], groups) -> np.nda
     return out
 
 
-def _corpus(ctx, units, b: Boundary, turns: dict[str, TraceUnit], groups: dict[str, TraceUnit]) -> Corpus:
+def _corpus(ctx, units, b: Boundary, turns: dict[str, TraceUnit], groups: dict[str, TraceUnit],
+            flat: tuple[list[str], np.ndarray]) -> Corpus:
     starts = units.session_starts(b.tenant_id, sorted({(u.provenance.conversation_id, u.provenance.session_id)
                                                        for u in turns.values()}))
 
@@ -154,7 +156,7 @@ def _corpus(ctx, units, b: Boundary, turns: dict[str, TraceUnit], groups: dict[s
     index = {u.unit_id: i for i, u in enumerate(ordered)}
     session_ord: dict[tuple[str, str], int] = {}
     sessions = [session_ord.setdefault((u.provenance.conversation_id, u.provenance.session_id), len(session_ord)) for u in ordered]
-    adjacent = _adjacent(ordered, index, groups.values())
+    adjacent = _adjacent(ordered, index, flat)
     kept = [g for g in groups.values() if not index.keys().isdisjoint(g.turn_ids) and _inside(g, b)]
     by_size: dict[int, list[TraceUnit]] = {}
     for g in sorted(kept, key=lambda g: g.unit_id):
